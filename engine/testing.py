@@ -1,0 +1,109 @@
+"""A tiny model pair built from nothing, for tests of the engine, the server, the replay harness and the editors.
+
+`build_tiny_pair(home)` writes a byte-level BPE tokenizer (with the Qwen FIM/stop special tokens) and two tiny
+random Qwen2-architecture models into the same cache layout that `codecue-models fetch` produces, plus a
+models.toml naming the pair "tiny". Point CODECUE_HOME and CODECUE_MODELS_TOML at them and every tool loads it.
+
+    python -m engine.testing DIR     # builds DIR/home and DIR/models.toml, prints the two env lines
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                  "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+TINY_VOCAB = 384
+TINY_TARGET = "tiny-target"
+TINY_DRAFT = "tiny-draft"
+
+TINY_TOML = """\
+[fim.tiny]
+prefix = "<|fim_prefix|>"
+suffix = "<|fim_suffix|>"
+middle = "<|fim_middle|>"
+file_sep = "<|file_sep|>"
+repo_name = "<|repo_name|>"
+
+[models.tiny-target]
+family = "tiny"
+fim = "tiny"
+stop_token_ids = [0, 1, 2, 3, 4, 5, 6, 7]
+
+[models.tiny-draft]
+family = "tiny"
+fim = "tiny"
+stop_token_ids = [0, 1, 2, 3, 4, 5, 6, 7]
+
+[pairs.tiny]
+target = "tiny-target"
+draft = "tiny-draft"
+description = "random tiny Qwen2 models for tests"
+"""
+
+
+def training_corpus() -> list[str]:
+    """Stable text to train the tiny tokenizer: Python source of a few standard-library modules."""
+    import json, string, textwrap  # noqa: E401  (their source is the corpus)
+
+    return [inspect.getsource(m) for m in (string, textwrap, json.encoder)]
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TINY_VOCAB, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|fim_pad|>",
+                                   additional_special_tokens=SPECIAL_TOKENS[1:])
+
+
+def tiny_config(vocab_size: int, layers: int, hidden: int = 64):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=8192, tie_word_embeddings=True, use_sliding_window=False,
+                       bos_token_id=0, eos_token_id=0, pad_token_id=5)
+
+
+def build_tiny_model(vocab_size: int, layers: int, seed: int, hidden: int = 64):
+    """A random Qwen2 model in fp32. Larger init than the default so greedy output is not one repeated token."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = tiny_config(vocab_size, layers, hidden)
+    config.initializer_range = 0.2
+    model = Qwen2ForCausalLM(config).eval()
+    return model
+
+
+def build_tiny_pair(root: Path | str, seed: int = 0) -> tuple[Path, Path]:
+    """Write the tiny pair under root/home and root/models.toml. Returns (home, toml_path)."""
+    from .models import model_dir, write_ready_marker
+
+    root = Path(root)
+    home, toml_path = root / "home", root / "models.toml"
+    tokenizer = build_tokenizer()
+    vocab = len(tokenizer)
+    for name, layers, model_seed in ((TINY_TARGET, 2, seed), (TINY_DRAFT, 1, seed + 1)):
+        out = model_dir(name, home)
+        out.mkdir(parents=True, exist_ok=True)
+        build_tiny_model(vocab, layers, model_seed).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        write_ready_marker(name, {"source": "engine.testing.build_tiny_pair", "seed": model_seed}, home)
+    toml_path.write_text(TINY_TOML)
+    return home, toml_path
+
+
+if __name__ == "__main__":
+    home, toml = build_tiny_pair(sys.argv[1] if len(sys.argv) > 1 else "tiny-pair")
+    print(f"export CODECUE_HOME={home.resolve()}")
+    print(f"export CODECUE_MODELS_TOML={toml.resolve()}")

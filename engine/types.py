@@ -1,0 +1,75 @@
+"""The engine's public data types: what a caller sends, what it gets back, and how it cancels."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+FinishReason = Literal["eos", "stop", "length", "cancelled"]
+DrafterName = Literal["none", "draft", "lookup", "hybrid"]
+
+
+class CancelToken:
+    """Set from any thread; the decode loop checks it before every draft step and every verify pass."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class CompletionRequest:
+    prompt_ids: Sequence[int]
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 = greedy (exact); > 0 = sampling with the exact rejection rule
+    top_p: float = 1.0
+    seed: int | None = None
+    # Called with the decoded text generated so far; True ends generation with finish_reason "stop".
+    stop: Callable[[str], bool] | None = None
+    session: str | None = None  # e.g. the document URI: KV caches are reused between requests of one session
+    drafter: DrafterName = "hybrid"
+    max_draft_tokens: int = 8  # upper bound for adaptive K
+
+
+@dataclass
+class CompletionStats:
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # prompt tokens whose KV came from the session cache (target)
+    new_prompt_tokens: int = 0  # prompt tokens the target had to prefill
+    target_passes: int = 0  # target forward passes after prefill (each verifies up to K+1 positions)
+    drafted: int = 0
+    accepted: int = 0
+    draft_passes: int = 0
+    seconds_prefill: float = 0.0
+    seconds_draft: float = 0.0
+    seconds_verify: float = 0.0
+    seconds_total: float = 0.0
+    speculation_enabled: bool = True  # False when the session's acceptance collapsed and drafting was switched off
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean tokens produced per target pass (accepted drafts + the target's own token)."""
+        return (self.accepted + self.target_passes) / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def as_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["mean_accepted"] = self.mean_accepted
+        out["acceptance_rate"] = self.acceptance_rate
+        return out
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    stats: CompletionStats = field(default_factory=CompletionStats)
