@@ -34,6 +34,7 @@ class CompletionRequest:
     session: str | None = None  # e.g. the document URI: KV caches are reused between requests of one session
     drafter: DrafterName = "hybrid"
     max_draft_tokens: int = 8  # upper bound for adaptive K
+    adaptive_k: bool = True  # False pins K = max_draft_tokens and keeps drafting on (tests, K sweeps)
 
 
 @dataclass

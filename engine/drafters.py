@@ -1,0 +1,117 @@
+"""Drafters propose the next K tokens cheaply; the target verifies them. All share one interface:
+
+    propose(tokens, k, cancelled) -> Draft(tokens, probs, source)
+
+`tokens` is everything committed so far (prompt + generated). `probs[i]` is the drafter's distribution that
+drafts[i] was sampled from (needed by the exact sampling rule), or None when the draft is deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .kvcache import TrackedCache
+from .sampling import sample, warp
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    probs: list[torch.Tensor | None] = field(default_factory=list)
+    source: str = "none"
+    seconds: float = 0.0
+    passes: int = 0
+
+
+class NoDrafter:
+    """Target alone: every pass verifies nothing and yields one token."""
+    name = "none"
+
+    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+        return Draft()
+
+
+class LookupDrafter:
+    """Model-free prompt lookup: find the latest earlier occurrence of the last n tokens (n from max_ngram down to
+    min_ngram) and propose what followed it. Code repeats itself, and the FIM suffix often holds what comes next."""
+    name = "lookup"
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+        found = find_continuation(np.asarray(tokens, dtype=np.int64), k, self.max_ngram, self.min_ngram)
+        return Draft(tokens=found, probs=[None] * len(found), source="lookup" if found else "none")
+
+
+def find_continuation(arr: np.ndarray, k: int, max_ngram: int, min_ngram: int) -> list[int]:
+    if k <= 0:
+        return []
+    for n in range(min(max_ngram, len(arr) - 1), min_ngram - 1, -1):
+        pattern = arr[-n:]
+        windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # every earlier n-gram start
+        hits = np.flatnonzero((windows == pattern).all(axis=1))
+        # Latest match first: it is the most local context. Skip matches with nothing after them.
+        for start in hits[::-1]:
+            follow = arr[start + n: start + n + k]
+            if len(follow):
+                return follow.tolist()
+    return []
+
+
+class ModelDrafter:
+    """The small draft model, with its own KV cache kept in step with the committed tokens.
+
+    Stops early when its own confidence (probability of its chosen token) drops below min_confidence: a draft it
+    is unsure of is rarely accepted, and each draft pass costs ~0.4 of a target pass on CPU."""
+    name = "draft"
+
+    def __init__(self, model: torch.nn.Module, cache: TrackedCache | None = None, temperature: float = 0.0,
+                 top_p: float = 1.0, generator: torch.Generator | None = None, min_confidence: float = 0.3):
+        self.model = model
+        self.cache = cache or TrackedCache(model)
+        self.temperature, self.top_p, self.generator = temperature, top_p, generator
+        self.min_confidence = min_confidence
+
+    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+        draft = Draft(source="draft")
+        if k <= 0:
+            return draft
+        self.cache.reuse_prefix(tokens)
+        pending = tokens[len(self.cache.ids):]
+        # The cache may already hold every committed token (the last draft was fully accepted and fed):
+        # step back one token so there are logits to draft from.
+        if not pending:
+            self.cache.truncate(len(tokens) - 1)
+            pending = tokens[-1:]
+        while len(draft.tokens) < k and not cancelled():
+            logits = self.cache.forward(pending, logits="last")[-1]
+            draft.passes += 1
+            if self.temperature > 0:
+                probs = warp(logits, self.temperature, self.top_p)
+                token = sample(probs, self.generator)
+                confidence = float(probs[token])
+            else:
+                probs = None
+                token = int(torch.argmax(logits))
+                confidence = float(torch.softmax(logits, dim=-1)[token])
+            draft.tokens.append(token)
+            draft.probs.append(probs)
+            if confidence < self.min_confidence:
+                break
+            pending = [token]
+        return draft
+
+
+class HybridDrafter:
+    """Use the free lookup draft when the recent tokens repeat earlier text, the draft model otherwise."""
+    name = "hybrid"
+
+    def __init__(self, lookup: LookupDrafter, model: ModelDrafter):
+        self.lookup, self.model = lookup, model
+
+    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+        draft = self.lookup.propose(tokens, k, cancelled)
+        return draft if draft.tokens else self.model.propose(tokens, k, cancelled)

@@ -1,0 +1,133 @@
+"""The speculative decode loop, readable in one sitting.
+
+Invariant: the target's cache holds every committed token but the last one, which is "pending"; each target pass
+feeds [pending] + K drafted tokens, so one weight load scores K+1 positions. The drafts that match are kept, the
+target's own token at the first mismatch (or its bonus token when all K match) becomes the new pending token, and
+the cache is cut back to the kept tokens. With K = 0 this is plain target-alone decoding.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .drafters import Draft
+from .kvcache import TrackedCache
+from .sampling import accept_greedy, accept_sampled
+from .types import CancelToken, CompletionRequest, CompletionResult, CompletionStats
+
+
+@dataclass
+class SpeculationController:
+    """Adaptive K for one session: grow K while drafts are fully accepted, shrink it on rejections; switch
+    drafting off when acceptance collapses, and probe now and then to switch it back on."""
+    max_k: int = 8
+    k: int = 4
+    off_below: float = 0.4
+    on_above: float = 0.5
+    probe_every: int = 8
+    ema_weight: float = 0.2
+    acceptance: float = 1.0  # exponential moving average of per-pass acceptance (accepted / drafted)
+    enabled: bool = True
+    passes_since_probe: int = 0
+    observed_passes: int = field(default=0)
+
+    adaptive: bool = True
+
+    def next_k(self, max_k: int) -> int:
+        if max_k <= 0:
+            return 0
+        if not self.adaptive:
+            return min(self.max_k, max_k)
+        if self.enabled:
+            return max(1, min(self.k, self.max_k, max_k))
+        self.passes_since_probe += 1
+        if self.passes_since_probe >= self.probe_every:
+            self.passes_since_probe = 0
+            return min(2, max_k)
+        return 0
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        self.observed_passes += 1
+        self.acceptance += self.ema_weight * (accepted / drafted - self.acceptance)
+        if accepted == drafted:
+            self.k = min(self.max_k, self.k + 2)
+        else:
+            self.k = max(1, self.k - 1)
+        if self.enabled and self.observed_passes >= 3 and self.acceptance < self.off_below:
+            self.enabled = False
+        elif not self.enabled and self.acceptance >= self.on_above:
+            self.enabled = True
+
+
+def generate(target: TrackedCache, drafter, controller: SpeculationController, request: CompletionRequest,
+             decode: Callable[[list[int]], str], stop_token_ids: set[int], cancel: CancelToken | None = None,
+             on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
+    cancel = cancel or CancelToken()
+    stats = CompletionStats(prompt_tokens=len(request.prompt_ids))
+    generator = torch.Generator().manual_seed(request.seed) if request.seed is not None else None
+    sampling = request.temperature > 0
+    started = time.perf_counter()
+    generated: list[int] = []
+    text = ""
+
+    def finish(reason: str) -> CompletionResult:
+        stats.seconds_total = time.perf_counter() - started
+        stats.speculation_enabled = controller.enabled
+        return CompletionResult(text=text, token_ids=generated, finish_reason=reason, stats=stats)
+
+    prompt = list(request.prompt_ids)
+    if not prompt:
+        raise ValueError("empty prompt")
+    # Prefill everything but the last prompt token, reusing the session's cached prefix.
+    stats.reused_prompt_tokens, stats.new_prompt_tokens = target.extend_to(prompt[:-1], cancelled=cancel.is_set)
+    stats.seconds_prefill = time.perf_counter() - started
+    tokens = prompt
+
+    while True:
+        if cancel.is_set():
+            return finish("cancelled")
+        # Never draft past max_new_tokens: the pass itself adds one token of the target's.
+        k = controller.next_k(request.max_new_tokens - len(generated) - 1)
+        t0 = time.perf_counter()
+        draft = drafter.propose(tokens, k, cancel.is_set) if k > 0 else Draft()
+        stats.seconds_draft += time.perf_counter() - t0
+        stats.draft_passes += draft.passes
+        if cancel.is_set():
+            return finish("cancelled")
+
+        # One target pass scores the pending token and every draft.
+        t0 = time.perf_counter()
+        logits = target.forward([tokens[-1]] + draft.tokens)
+        if sampling:
+            n, next_token = accept_sampled(logits, draft.tokens, draft.probs, request.temperature,
+                                           request.top_p, generator)
+        else:
+            n, next_token = accept_greedy(logits, draft.tokens)
+        target.truncate(len(tokens) + n)  # drop the rejected drafts' keys and values
+        stats.seconds_verify += time.perf_counter() - t0
+        stats.target_passes += 1
+        stats.drafted += len(draft.tokens)
+        stats.accepted += n
+        controller.update(len(draft.tokens), n)
+
+        new = draft.tokens[:n] + [next_token]
+        tokens = tokens + new
+        for token in new:
+            if token in stop_token_ids:
+                text = decode(generated)
+                return finish("eos")
+            generated.append(token)
+            if len(generated) >= request.max_new_tokens:
+                break
+        text = decode(generated)
+        if on_tokens:
+            on_tokens(list(generated), text)
+        if request.stop and request.stop(text):
+            return finish("stop")
+        if len(generated) >= request.max_new_tokens:
+            return finish("length")

@@ -1,0 +1,118 @@
+"""Greedy speculative decoding must equal target-alone greedy decoding token for token (fp32, tiny models)."""
+import pytest
+
+from engine import CancelToken, CompletionRequest
+from engine.kvcache import TrackedCache
+from engine.speculative import SpeculationController, generate
+from engine_helpers import (STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model,
+                            tiny_tokenizer)
+
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {"random": tiny_engine("random"), "same": tiny_engine("same")}
+
+
+@pytest.fixture(scope="module")
+def references():
+    """Target-alone outputs for prompts picked so the set holds long runs (which must match for MAX_NEW tokens) and
+    one that ends on a stop token (so the eos path is compared too)."""
+    target = tiny_model(2, 0)
+    picked, stopped_early = {}, None
+    for seed in range(1, 200):
+        for repeat in (False, True):
+            ref = reference_greedy(target, random_prompt(seed, repeat=repeat), MAX_NEW)
+            if len(ref) == MAX_NEW and sum(r == repeat and key != stopped_early for key in picked for r in [key[1]]) < 2:
+                picked[(seed, repeat)] = ref
+            elif 4 <= len(ref) < MAX_NEW and stopped_early is None:
+                stopped_early = (seed, repeat)
+                picked[stopped_early] = ref
+        if len(picked) == 5:
+            return picked
+    raise AssertionError("no suitable prompts")
+
+
+def test_references_cover_long_runs_and_an_early_stop(references):
+    lengths = sorted(len(ref) for ref in references.values())
+    assert lengths[0] < MAX_NEW and lengths[1:] == [MAX_NEW] * 4
+
+
+def test_own_loop_without_drafts_is_target_alone(engines, references):
+    for (seed, repeat), ref in references.items():
+        result = engines["random"].complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW,
+                                                              drafter="none"))
+        assert result.token_ids == ref
+        assert result.stats.drafted == 0
+        assert result.stats.target_passes == len(ref) + (result.finish_reason == "eos")
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("drafter,draft_model", [("draft", "random"), ("draft", "same"), ("lookup", "random"),
+                                                 ("hybrid", "random"), ("hybrid", "same")])
+def test_every_drafter_and_k_equals_target_alone(engines, references, drafter, draft_model, k):
+    engine = engines[draft_model]
+    for (seed, repeat), ref in references.items():
+        request = CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, drafter=drafter,
+                                    max_draft_tokens=k, adaptive_k=False)
+        result = engine.complete(request)
+        assert result.token_ids == ref, (drafter, draft_model, k, seed, repeat)
+        assert result.text == tiny_tokenizer().decode(ref, skip_special_tokens=True)
+
+
+def test_a_draft_model_equal_to_the_target_is_always_accepted(engines, references):
+    (seed, repeat), ref = max(references.items(), key=lambda item: len(item[1]))
+    result = engines["same"].complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, drafter="draft",
+                                                        max_draft_tokens=4, adaptive_k=False))
+    assert result.token_ids == ref
+    assert result.stats.drafted > 0 and result.stats.accepted == result.stats.drafted
+    assert result.stats.mean_accepted > 3.0  # K=4 accepted + the bonus token on most passes
+    assert result.stats.target_passes < len(ref)
+
+
+def test_lookup_drafts_hit_on_repetitive_prompts(engines):
+    prompt = random_prompt(3, repeat=True)
+    result = engines["random"].complete(CompletionRequest(prompt, MAX_NEW, drafter="lookup"))
+    assert result.stats.drafted > 0
+
+
+@pytest.mark.parametrize("mode", ["right", "wrong", "random"])
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_always_right_always_wrong_and_random_drafters(references, mode, k):
+    target = tiny_model(2, 0)
+    for (seed, repeat), ref in references.items():
+        request = CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, max_draft_tokens=k, adaptive_k=False)
+        controller = SpeculationController(max_k=k, adaptive=False)
+        result = generate(TrackedCache(target), ReferenceDrafter(target, mode, seed), controller, request,
+                          lambda ids: "", set(STOP_IDS))
+        assert result.token_ids == ref, (mode, k, seed)
+        if mode == "wrong":
+            assert result.stats.accepted == 0 and result.stats.drafted > 0
+        if mode == "right":
+            assert result.stats.accepted == result.stats.drafted > 0
+
+
+def test_max_new_tokens_and_stop_predicate(engines, references):
+    (seed, repeat), ref = max(references.items(), key=lambda item: len(item[1]))
+    prompt = random_prompt(seed, repeat=repeat)
+    engine = engines["same"]
+    short = engine.complete(CompletionRequest(prompt, 5, drafter="draft", max_draft_tokens=8))
+    assert short.token_ids == ref[:5] and short.finish_reason == "length"
+    seen = []
+
+    def stop_on_seventh_call(text):  # drafter "none" yields one token a pass, so one call per token
+        seen.append(text)
+        return len(seen) == 7
+
+    stopped = engine.complete(CompletionRequest(prompt, MAX_NEW, drafter="none", stop=stop_on_seventh_call))
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == ref[:7]
+    assert seen[-1] == stopped.text == tiny_tokenizer().decode(ref[:7], skip_special_tokens=True)
+
+
+def test_cancel_before_start_returns_cancelled_without_tokens(engines):
+    token = CancelToken()
+    token.set()
+    result = engines["random"].complete(CompletionRequest(random_prompt(1), MAX_NEW), token)
+    assert result.finish_reason == "cancelled" and result.token_ids == []

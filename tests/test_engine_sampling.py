@@ -1,0 +1,116 @@
+"""Speculative sampling must keep the target's distribution exactly (Leviathan/Chen rejection rule).
+
+On a 6-token vocabulary the exact joint distribution of the first two generated tokens is computed from the
+target's logits; thousands of seeded speculative runs are compared with it by a chi-square test. The same test run
+with two plausible but wrong rules must fail, which shows the test has the power to catch a broken rule.
+"""
+import math
+
+import pytest
+import torch
+
+import engine.speculative as speculative
+from engine import CompletionRequest
+from engine.drafters import LookupDrafter, ModelDrafter
+from engine.kvcache import TrackedCache
+from engine.sampling import sample, warp
+from engine.speculative import SpeculationController, generate
+from engine.testing import build_tiny_model
+
+VOCAB = 6
+SAMPLES = 2500
+PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so the lookup drafter proposes too
+
+
+@pytest.fixture(scope="module")
+def models():
+    torch.set_num_threads(1)
+    return build_tiny_model(VOCAB, 1, seed=5, hidden=32), build_tiny_model(VOCAB, 1, seed=6, hidden=32)
+
+
+@torch.inference_mode()
+def exact_joint(target, temperature, top_p) -> dict[tuple[int, int], float]:
+    def next_probs(ids):
+        return warp(target(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1], temperature, top_p)
+
+    first = next_probs(PROMPT)
+    return {(a, b): float(first[a]) * float(p_b)
+            for a in range(VOCAB) for b, p_b in enumerate(next_probs(PROMPT + [a]))}
+
+
+@torch.inference_mode()
+def sampled_counts(target, draft, drafter_kind, temperature, top_p) -> dict[tuple[int, int], int]:
+    counts: dict[tuple[int, int], int] = {}
+    target_cache, draft_cache = TrackedCache(target), TrackedCache(draft)
+    for seed in range(SAMPLES):
+        request = CompletionRequest(PROMPT, max_new_tokens=2, temperature=temperature, top_p=top_p, seed=seed)
+        if drafter_kind == "draft":
+            drafter = ModelDrafter(draft, draft_cache, temperature, top_p,
+                                   torch.Generator().manual_seed(10**6 + seed), min_confidence=0.0)
+        else:
+            drafter = LookupDrafter(max_ngram=3, min_ngram=1)
+        result = generate(target_cache, drafter, SpeculationController(max_k=3, adaptive=False), request,
+                          lambda ids: "", stop_token_ids=set())
+        key = tuple(result.token_ids)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def chi_square(counts, probs) -> tuple[float, float]:
+    """Chi-square statistic (bins with expected count < 5 merged) and its 0.1 % critical value."""
+    stat, merged_obs, merged_exp, bins = 0.0, 0, 0.0, 0
+    for outcome, p in probs.items():
+        expected, observed = p * SAMPLES, counts.get(outcome, 0)
+        if expected < 5:
+            merged_obs, merged_exp = merged_obs + observed, merged_exp + expected
+            continue
+        stat += (observed - expected) ** 2 / expected
+        bins += 1
+    if merged_exp > 0:
+        stat += (merged_obs - merged_exp) ** 2 / merged_exp
+        bins += 1
+    df = bins - 1
+    z = 3.090  # 99.9 % normal quantile; Wilson-Hilferty approximation of the chi-square quantile
+    critical = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return stat, critical
+
+
+@pytest.mark.parametrize("drafter_kind,temperature,top_p", [("draft", 1.0, 1.0), ("draft", 0.7, 0.9),
+                                                            ("lookup", 1.0, 1.0)])
+def test_speculative_sampling_matches_the_target_distribution(models, drafter_kind, temperature, top_p):
+    target, draft = models
+    probs = exact_joint(target, temperature, top_p)
+    counts = sampled_counts(target, draft, drafter_kind, temperature, top_p)
+    assert sum(counts.values()) == SAMPLES
+    stat, critical = chi_square(counts, probs)
+    assert stat < critical, (stat, critical)
+
+
+def accept_everything(target_logits, drafted, draft_probs, temperature, top_p, generator):
+    p = warp(target_logits, temperature, top_p)
+    return len(drafted), sample(p[len(drafted)], generator)
+
+
+def resample_from_p_on_reject(target_logits, drafted, draft_probs, temperature, top_p, generator):
+    p = warp(target_logits, temperature, top_p)
+    for i, token in enumerate(drafted):
+        q_x = float(draft_probs[i][token])
+        if float(torch.rand((), generator=generator)) < min(1.0, float(p[i][token]) / q_x):
+            continue
+        return i, sample(p[i], generator)  # wrong: must sample from norm(max(0, p - q))
+    return len(drafted), sample(p[len(drafted)], generator)
+
+
+@pytest.mark.parametrize("wrong_rule", [accept_everything, resample_from_p_on_reject])
+def test_a_wrong_rule_fails_the_same_test(models, monkeypatch, wrong_rule):
+    target, draft = models
+    monkeypatch.setattr(speculative, "accept_sampled", wrong_rule)
+    probs = exact_joint(target, 1.0, 1.0)
+    stat, critical = chi_square(sampled_counts(target, draft, "draft", 1.0, 1.0), probs)
+    assert stat > critical, (stat, critical)
+
+
+def test_warp_top_p_keeps_the_smallest_set_reaching_p():
+    probs = warp(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), 1.0, 0.8)
+    assert torch.allclose(probs, torch.tensor([0.5, 0.3, 0.0, 0.0]) / 0.8)
+    assert torch.allclose(warp(torch.log(torch.tensor([0.9, 0.1])), 1.0, 0.5), torch.tensor([1.0, 0.0]))
