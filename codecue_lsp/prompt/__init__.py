@@ -1,0 +1,198 @@
+"""The fill-in-the-middle prompt for a cursor: stable context first, then the current file around the cursor.
+
+    fim.prefix + [other open files' imports/signatures] + [this file's header, imports, signatures]
+               + [this file from a syntactic boundary to the cursor] + fim.suffix + [short suffix] + fim.middle
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import budget as budgeting
+from .context import rank_items, select_items
+from .fim import assemble, display_path, file_block, file_header
+from .languages import comment_prefix, spec_for, uses_braces
+from .mode import decide_mode
+from .syntax import SyntaxCache, SyntaxView, parse_document
+from .text import indentation, line_end_offset, offset_of_position, open_brackets, sanitize
+from .window import FRESH_PARSE_CHARS, Window, syntax_view
+
+__all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "build_prompt"]
+
+NEAR_ROWS_BEFORE, NEAR_ROWS_AFTER = 15, 3
+BRACKET_LOOKBACK_ROWS = 20
+
+
+@dataclass
+class OpenDocument:
+    uri: str
+    language_id: str
+    text: str
+
+
+@dataclass
+class PromptBudget:
+    total: int = 1536
+    suffix: int = 128
+    context: int = 512
+
+
+@dataclass
+class BuiltPrompt:
+    text: str              # full FIM prompt string (special-token strings inside), ready for engine.encode
+    prefix: str            # current-file text before the cursor that went in
+    suffix: str            # current-file text after the cursor that went in
+    mode: str              # "line" or "block"
+    line_suffix: str       # text after the cursor on the cursor's line (what an inline item's range replaces)
+    indent: str            # indentation of the cursor line
+    sections: dict         # tokens per section: {"context": n, "prefix": n, "suffix": n}
+    line_prefix: str = ""  # text before the cursor on the cursor's line
+    withheld: str = ""     # whitespace before the cursor left out of the prompt; the model writes the indent
+    header_indent: str = ""  # block mode: a generated line indented no deeper than this has left the block
+    open_brackets: int = 0   # brackets open at the cursor in its statement (line mode may close these)
+    braces: bool = True      # blocks end with } (else by indentation)
+    language_id: str = ""
+    prefix_start: int = 0    # document offset where the prefix starts (stable while the user types)
+    cursor_offset: int = 0   # document offset of the cursor
+    context_items: list = field(default_factory=list)  # (path, item text) that went into the context
+
+
+def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens: Callable[[str], int],
+                 other_docs: Sequence[OpenDocument] = (), budget: PromptBudget = PromptBudget(),
+                 syntax: SyntaxCache | None = None) -> BuiltPrompt:
+    """Build the prompt for the cursor at LSP (line, UTF-16 character); never raises on odd text or positions."""
+    text = sanitize(doc.text or "")
+    language_id = doc.language_id or ""
+    braces, comment = uses_braces(language_id), comment_prefix(language_id)
+    offset = offset_of_position(text, max(int(line), 0), max(int(character), 0))
+    line_start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    line_prefix = text[line_start:offset]
+    line_suffix = text[offset:line_end_offset(text, offset)]
+    withheld = line_prefix if line_prefix and not line_prefix.strip() else ""
+    prefix_end = offset - len(withheld)
+
+    window = Window.around(text, offset, 32 * budget.total, 32 * max(budget.suffix, 64))
+    cursor_row = window.cursor_row
+    view = syntax_view(doc.uri, language_id, window, syntax)
+    syntax_rows = _syntax_rows(view, window, cursor_row) if view is not None else None
+    prefix_rows, definition_rows, suffix_rows, last_token = syntax_rows or _line_based_rows(window, cursor_row)
+
+    header_row = cursor_row if line_prefix.strip() else window.previous_nonblank_row(cursor_row)
+    if view is not None and header_row is not None:
+        last_token = _last_token_on_row(view, window, header_row, offset)
+    previous_line = window.line(header_row).rstrip("\r\n") if header_row is not None else ""
+    mode, header_indent = decide_mode(line_prefix, line_suffix, previous_line, braces, comment, last_token)
+    lookback = window.row_start(max(cursor_row - BRACKET_LOOKBACK_ROWS, window.first_row)) or 0
+
+    # Suffix: the rest of the enclosing block, then what follows it, ending at a statement end.
+    current_header = file_header(fim, display_path(doc.uri, doc.uri), comment)
+    overhead = count_tokens(fim.prefix + fim.suffix + fim.middle) + count_tokens(current_header)
+    suffix_budget = max(min(budget.suffix, budget.total - overhead), 0)
+    line_ends = [window.row_end(row) for row in range(cursor_row, window.first_row + len(window.line_offsets))]
+    suffix_ends = [window.row_end(row) for row in [cursor_row, *suffix_rows]]
+    suffix_end = budgeting.choose_suffix_end(text, offset, suffix_budget, count_tokens,
+                                             [e for e in suffix_ends if e is not None],
+                                             [e for e in line_ends if e is not None])
+    suffix = text[offset:suffix_end]
+    suffix_tokens = count_tokens(suffix)
+    suffix_last_row = cursor_row + suffix.count("\n")
+
+    # Prefix: from a syntactic boundary to the cursor; first with the whole context budget held back.
+    boundaries = [window.row_start(row) for row in prefix_rows]
+    boundaries = [o for o in boundaries if o is not None and o <= line_start]
+    always = [window.row_start(row) for row in definition_rows] + ([0] if window.start == 0 else [])
+    anchors = budgeting.anchors(boundaries, max(256, budget.total // 2),
+                                [o for o in always if o is not None and o <= line_start])
+    lines = [o for o in window.line_offsets if o <= line_start]
+
+    def choose_prefix(tokens: int) -> int:
+        return budgeting.choose_prefix_start(text, prefix_end, max(tokens, 0), count_tokens, anchors,
+                                             boundaries, lines)
+
+    base_budget = budget.total - overhead - suffix_tokens
+    prefix_start = choose_prefix(base_budget - budget.context)
+
+    # Context: imports and signatures not already visible, ranked by relevance, in a stable layout.
+    near_start = window.row_start(max(cursor_row - NEAR_ROWS_BEFORE, window.first_row)) or window.start
+    near_end = window.row_end(cursor_row + NEAR_ROWS_AFTER) or window.end
+    others = [d for d in other_docs if d.uri != doc.uri]
+    other_outlines = [_outline(d, syntax) for d in others]
+    current_outline = view.outline() if view is not None else []
+    headers = [current_header] + [file_header(fim, display_path(d.uri, doc.uri), comment_prefix(d.language_id))
+                                  for d in others]
+    prefix_row = text.count("\n", window.start, prefix_start) + window.first_row
+    candidates = rank_items(current_outline, other_outlines, text[near_start:near_end], cursor_row,
+                            (prefix_row, suffix_last_row))
+    chosen = select_items(candidates, budget.context, count_tokens,
+                          lambda source: 0 if source == 0 else count_tokens(headers[source]))
+    context_tokens = sum(count_tokens(item.text + "\n") for items in chosen.values() for item in items)
+    context_tokens += sum(count_tokens(headers[source]) for source in chosen if source)
+
+    # What the context left unused goes back to the prefix.
+    if context_tokens < budget.context:
+        prefix_start = choose_prefix(base_budget - context_tokens)
+        prefix_row = text.count("\n", window.start, prefix_start) + window.first_row
+        chosen[0] = [item for item in chosen.get(0, [])
+                     if item.end_row < prefix_row or item.start_row > suffix_last_row]
+
+    blocks, context_items = [], []
+    for source, other in enumerate(others, start=1):
+        if chosen.get(source):
+            blocks.append(file_block(headers[source], [item.text for item in chosen[source]]))
+            context_items += [(display_path(other.uri, doc.uri), item.text) for item in chosen[source]]
+    blocks.append(file_block(current_header, [item.text for item in chosen.get(0, [])]))
+    context_items += [(display_path(doc.uri, doc.uri), item.text) for item in chosen.get(0, [])]
+    context = "".join(blocks)
+    prefix = text[prefix_start:prefix_end]
+    return BuiltPrompt(
+        text=assemble(fim, context, prefix, suffix), prefix=prefix, suffix=suffix, mode=mode,
+        line_suffix=line_suffix, indent=indentation(text[line_start:]), line_prefix=line_prefix,
+        sections={"context": count_tokens(context), "prefix": count_tokens(prefix), "suffix": suffix_tokens},
+        withheld=withheld, header_indent=header_indent, braces=braces, language_id=language_id,
+        open_brackets=open_brackets(text[min(lookback, offset):offset]) if mode == "line" else 0,
+        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items)
+
+
+def _syntax_rows(view: SyntaxView, window: Window, cursor_row: int):
+    """(prefix boundary rows, enclosing definition rows, suffix boundary rows, None) from the tree; None when
+    the tree cannot answer (then the line-based rows are used)."""
+    try:
+        ancestors = view.ancestors(cursor_row, window.byte_column(window.offset))
+        prefix_rows = view.prefix_boundaries(ancestors, cursor_row)
+        if view.has_error_around(ancestors) or len(prefix_rows) < 2:
+            prefix_rows = sorted(set(prefix_rows) | set(window.top_level_rows(window.first_row, cursor_row)))
+        suffix_rows = view.suffix_boundaries(ancestors, cursor_row)
+        return prefix_rows, view.definition_starts(ancestors), suffix_rows, None
+    except Exception:  # a tree that cannot answer means line-based rules, not a failed completion
+        return None
+
+
+def _line_based_rows(window: Window, cursor_row: int):
+    """Rows for documents without a grammar: statements start at column 0; any line end may end the suffix."""
+    last_row = window.first_row + len(window.line_offsets) - 1
+    return (window.top_level_rows(window.first_row, cursor_row), [],
+            list(range(cursor_row, last_row + 1)), None)
+
+
+def _last_token_on_row(view: SyntaxView, window: Window, row: int, cursor: int):
+    start = window.row_start(row)
+    if start is None:
+        return None
+    end = min(cursor, line_end_offset(window.text, start))
+    try:
+        return view.last_token_before(row, window.byte_column(end))
+    except Exception:
+        return None
+
+
+def _outline(doc: OpenDocument, syntax: SyntaxCache | None) -> list:
+    """Imports and signatures of another open document (nothing for unknown languages or huge files)."""
+    if spec_for(doc.language_id or "") is None:
+        return []
+    text = sanitize(doc.text or "")
+    try:
+        view = syntax.view(doc.uri, doc.language_id, text) if syntax is not None else (
+            parse_document(doc.language_id, text) if len(text) <= FRESH_PARSE_CHARS else None)
+        return view.outline() if view is not None else []
+    except Exception:
+        return []
