@@ -1,0 +1,148 @@
+"""codecue-replay: typing traces for an inline-completion server, and a harness that replays them against it.
+
+  codecue-replay synth FILE... --out TRACE.jsonl [--wpm 60..120] [--seed N] [--start-fraction F]
+                 [--max-keystrokes N] [--keep-suffix] [--humaneval 0,1,2] [--fim-holes N]
+  codecue-replay record --out TRACE.jsonl -- SERVER COMMAND...
+  codecue-replay run TRACE.jsonl [--server "codecue-lsp --stdio"] [--speed 2 | --as-fast-as-possible]
+                 [--compare "LABEL=EXTRA SERVER ARGS" ...] [--json REPORT.json] [--html REPORT.html]
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from . import synth
+from .trace import TraceError, read_trace, write_trace
+
+
+def parse_task_numbers(text: str) -> list[int]:
+    numbers = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        numbers += list(range(int(low), int(high or low) + 1))
+    if not numbers or min(numbers) < 0 or max(numbers) > 163:
+        raise ValueError(f"--humaneval wants task numbers 0..163 like 0,3,10-12, got {text!r}")
+    return numbers
+
+
+def parse_speed(text: str) -> float:
+    speed = float(text.lower().rstrip("x"))
+    if speed <= 0:
+        raise ValueError("--speed must be positive")
+    return speed
+
+
+def cmd_synth(args) -> int:
+    sources = [synth.file_source(path, args.start_fraction) for path in args.files]
+    if args.humaneval:
+        sources += synth.humaneval_sources(parse_task_numbers(args.humaneval))
+    if not sources:
+        raise SystemExit("codecue-replay synth: give source FILEs or --humaneval TASKS")
+    if args.fim_holes:
+        events = synth.synth_holes(sources, args.fim_holes, args.seed)
+    else:
+        events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix)
+    write_trace(args.out, events)
+    requests = sum(1 for e in events if e["type"] == "request")
+    print(f"{args.out}: {synth.keystroke_count(events)} keystrokes, {requests} requests, "
+          f"{events[-1]['t']:.1f} s, {Path(args.out).stat().st_size / 1024:.1f} KB", file=sys.stderr)
+    return 0
+
+
+def cmd_record(args) -> int:
+    from .proxy import record
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return record(command, args.out)
+
+
+def cmd_run(args) -> int:
+    from .report import comparison_table, summarize, write_json
+    from .runner import ServerConfig, default_server_command, run_trace
+
+    events = read_trace(args.trace)
+    base = shlex.split(args.server) if args.server else default_server_command()
+    specs = args.compare or []
+    configs = [ServerConfig.parse(spec, base) for spec in specs] or [ServerConfig("server", base)]
+    speed = None if args.as_fast_as_possible else args.speed
+    results = []
+    for config in configs:
+        print(f"[{config.label}] {shlex.join(config.command)}", file=sys.stderr)
+        progress = make_progress(len(events), config.label)
+        try:
+            results.append(run_trace(events, config, speed, args.tail_timeout, progress.update if progress else None))
+        finally:
+            if progress:
+                progress.close()
+    summaries = [summarize(r) for r in results]
+    print(comparison_table(summaries))
+    if args.json:
+        write_json(args.json, results, args.trace)
+    if args.html:
+        from .html import write_html
+
+        write_html(args.html, results, args.trace)
+    return 1 if any(s["server_error"] for s in summaries) else 0
+
+
+def make_progress(total: int, label: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=label, unit="ev", file=sys.stderr, disable=None, leave=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codecue-replay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="subcommand", required=True)
+
+    p = commands.add_parser("synth", help="typing traces from real source files")
+    p.add_argument("files", nargs="*", metavar="FILE")
+    p.add_argument("--out", required=True)
+    p.add_argument("--wpm", default="60..120", help="words per minute, N or LOW..HIGH (drawn per file)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start-fraction", type=float, default=0.0, help="fraction of lines already in the file")
+    p.add_argument("--max-keystrokes", type=int, help="stop after this many keystrokes in total")
+    p.add_argument("--keep-suffix", action="store_true",
+                   help="the text after the typed region is in the document too (editing inside a file)")
+    p.add_argument("--humaneval", help="HumanEval problems (e.g. 0,3,10-12): prompt open, solution typed")
+    p.add_argument("--fim-holes", type=int, default=0, metavar="N",
+                   help="instead of typing: N documents per file, each with one line/block removed")
+    p.set_defaults(func=cmd_synth)
+
+    p = commands.add_parser("record", help="proxy an editor's stdio to a server and record a trace")
+    p.add_argument("--out", required=True)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- SERVER COMMAND...")
+    p.set_defaults(func=cmd_record)
+
+    p = commands.add_parser("run", help="replay a trace against a real server and report")
+    p.add_argument("trace")
+    p.add_argument("--server", help="server command (default: this Python's `-m codecue_lsp --stdio`)")
+    p.add_argument("--speed", type=parse_speed, default=1.0, help="replay N times faster than typed (2 or 2x)")
+    p.add_argument("--as-fast-as-possible", action="store_true",
+                   help="no clock: await each answer before the next event (no cancels, no shown-in-time)")
+    p.add_argument("--compare", "--config", action="append", metavar="LABEL=ARGS",
+                   help="run against the server command plus ARGS; repeat to compare configurations")
+    p.add_argument("--json", help="write the full report (summary + every request) here")
+    p.add_argument("--html", help="write a self-contained HTML report here")
+    p.add_argument("--tail-timeout", type=float, default=60.0,
+                   help="seconds to wait for answers still pending at the end (and per request without a clock)")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TraceError, ValueError, OSError) as exc:
+        print(f"codecue-replay: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

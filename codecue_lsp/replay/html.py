@@ -1,0 +1,98 @@
+"""A self-contained HTML report: summary table, latency CDF and per-request timelines (PNG embedded as base64)."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+from .report import comparison_table, summarize
+from .runner import RunResult
+
+OUTCOME_STYLE = {  # outcome -> (colour, marker, legend)
+    "shown": ("tab:green", "o", "shown in time"),
+    "late": ("tab:orange", "o", "answered after the next keystroke"),
+    "empty": ("tab:gray", ".", "empty answer"),
+    "cancelled": ("tab:blue", "x", "cancelled (cancel latency)"),
+    "error": ("tab:red", "X", "error"),
+    "timeout": ("black", "X", "no answer"),
+}
+
+
+def figure_png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def latency_cdf(results: list[RunResult]) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for result in results:
+        latencies = sorted(r.latency_ms for r in result.records if r.latency_ms is not None)
+        if latencies:
+            ax.step(latencies, [(i + 1) / len(latencies) for i in range(len(latencies))], where="post",
+                    label=result.label)
+    ax.set_xlabel("latency (ms, request -> response)")
+    ax.set_ylabel("fraction of answered requests")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    png = figure_png(fig)
+    plt.close(fig)
+    return png
+
+
+def timeline_kind(record) -> str:
+    if record.outcome == "answered":
+        return "late" if record.shown_in_time is False else "shown"
+    return record.outcome
+
+
+def timeline(result: RunResult) -> str:
+    """One point per request: x = when it was sent, y = how long until its answer (or its cancel's answer)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    for kind, (colour, marker, legend) in OUTCOME_STYLE.items():
+        points = [(r.t_sent, r.latency_ms if r.latency_ms is not None else (r.cancel_latency_ms or 0.0))
+                  for r in result.records if timeline_kind(r) == kind]
+        if points:
+            ax.scatter([p[0] for p in points], [p[1] for p in points], s=12, c=colour, marker=marker,
+                       label=f"{legend} ({len(points)})")
+    ax.set_xlabel("replay time (s)")
+    ax.set_ylabel("ms")
+    ax.set_title(result.label)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    png = figure_png(fig)
+    plt.close(fig)
+    return png
+
+
+def render(results: list[RunResult], trace_path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    table = comparison_table([summarize(r) for r in results])
+    images = [("Latency CDF", latency_cdf(results))] + [(f"Timeline: {r.label}", timeline(r)) for r in results]
+    body = "\n".join(f"<h2>{html.escape(title)}</h2>\n<img alt='{html.escape(title)}' src='data:image/png;base64,"
+                     f"{png}'>" for title, png in images)
+    commands = "\n".join(f"<li><b>{html.escape(r.label)}</b>: <code>{html.escape(' '.join(r.command))}</code></li>"
+                         for r in results)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>codecue-replay: {html.escape(trace_path)}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} pre{{background:#f4f4f4;padding:1em}}</style>
+</head><body>
+<h1>codecue-replay</h1>
+<p>Trace <code>{html.escape(trace_path)}</code></p>
+<ul>{commands}</ul>
+<pre>{html.escape(table)}</pre>
+{body}
+</body></html>
+"""
+
+
+def write_html(path: str, results: list[RunResult], trace_path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render(results, trace_path))
