@@ -1,0 +1,38 @@
+# The two set-up commands a newcomer runs on a fresh machine:
+#   make demo   fetch the default model pair and run CodeCue on real code (engine + language server)
+#   make test   run every test: engine, prompt builder, server, replay harness, editors, real-model smoke
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-python test-editors models venv bench clean
+
+venv: $(STAMP)
+
+# Reinstall only when the dependency list changes. torch is pinned to ==2.13.0 so pip takes the CPU wheel.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+models: $(STAMP)
+	$(BIN)/codecue-models fetch --pair default
+
+demo: models
+	$(BIN)/python -m engine.demo
+
+test: test-python test-editors
+
+test-python: models
+	$(BIN)/pytest -q -rs
+
+test-editors: $(STAMP)
+	VENV=$(VENV) bash editor-clients/test.sh
+
+bench: models
+	$(BIN)/codecue-bench engine --pair default --json docs/bench-engine.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache
