@@ -60,6 +60,8 @@ class PairSpec:
     target: ModelSpec
     draft: ModelSpec | None
     description: str = ""
+    target_weights: str = "bf16"  # weight format (engine/quant.py); lossless is relative to the target's format
+    draft_weights: str = "bf16"
 
 
 @dataclass
@@ -115,6 +117,8 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             target=config.models[p["target"]],
             draft=config.models[draft] if draft else None,
             description=p.get("description", ""),
+            target_weights=p.get("target_weights", "bf16"),
+            draft_weights=p.get("draft_weights", "bf16"),
         )
     return config
 
@@ -156,9 +160,11 @@ class LoadedPair:
     dtype: object
 
 
-def load_model(spec: ModelSpec, device, dtype, home: Path | None = None):
+def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_format: str = "bf16"):
     import torch
     from transformers import AutoModelForCausalLM
+
+    from .quant import apply_weight_format
 
     path = model_dir(spec.name, home)
     if not is_ready(spec.name, home):
@@ -176,19 +182,22 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None):
         for p in model.parameters():
             # Weights loaded from a memory-mapped file can sit misaligned; a copy is 7-10 % faster to read.
             p.data = p.data.clone()
+        apply_weight_format(model, weight_format, device)
     return model
 
 
 def load_pair(name: str = "default", *, device: str | None = None, dtype: str | None = None,
-              with_draft: bool = True, config: ModelsConfig | None = None,
-              home: Path | None = None) -> LoadedPair:
+              with_draft: bool = True, config: ModelsConfig | None = None, home: Path | None = None,
+              draft_weights: str | None = None) -> LoadedPair:
+    """draft_weights overrides the pair's draft weight format (also env CODECUE_DRAFT_WEIGHTS)."""
     from transformers import AutoTokenizer
 
     config = config or load_config()
     spec = config.pair(name)
     dev, dt = pick_device_and_dtype(device, dtype)
-    target = load_model(spec.target, dev, dt, home)
-    draft = load_model(spec.draft, dev, dt, home) if (with_draft and spec.draft) else None
+    draft_format = draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights
+    target = load_model(spec.target, dev, dt, home, spec.target_weights)
+    draft = load_model(spec.draft, dev, dt, home, draft_format) if (with_draft and spec.draft) else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target.name, home))
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=dt)
 
