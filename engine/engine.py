@@ -38,14 +38,19 @@ class Engine:
         self.max_sessions = max_sessions
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()  # one generation at a time: batch size 1, the caches are not shared
+        # The LSP thread encodes while the worker decodes; a HF fast tokenizer may raise "Already borrowed"
+        # when one object is used from two threads at once.
+        self._tokenizer_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-engine")
 
     # --- text <-> tokens -----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        with self._tokenizer_lock:
+            return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        with self._tokenizer_lock:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
