@@ -26,7 +26,7 @@ demo: models
 test: test-python test-editors
 
 test-python: models
-	$(BIN)/pytest -q -rs
+	$(BIN)/pytest -q -rs -m "not editor"
 
 test-editors: $(STAMP)
 	VENV=$(VENV) bash editor-clients/test.sh

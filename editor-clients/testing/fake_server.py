@@ -1,0 +1,64 @@
+"""A stand-in CodeCue server with a fixed answer, for developing and testing the editor clients.
+
+It speaks the same protocol as `codecue-lsp` (inlineCompletion, the codecue/* notifications, `codecue.stats`)
+but always suggests FAKE_COMPLETION (default `print("hello")`) after an optional FAKE_DELAY_MS, so client tests can
+assert exact text. The real server is used by the end-to-end tests; this one keeps the client logic tests exact.
+
+    python fake_server.py            # stdio (a trailing --stdio is accepted, as clients append it)
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+server = LanguageServer("codecue-fake", "0")
+counters = {"requests": 0, "cancelled": 0, "shown": 0, "accepted": 0, "rejected": 0, "accepted_chars": 0}
+
+
+def completion_text() -> str:
+    return os.environ.get("FAKE_COMPLETION", 'print("hello")').replace("\\n", "\n")
+
+
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams):
+    counters["requests"] += 1
+    try:
+        await asyncio.sleep(int(os.environ.get("FAKE_DELAY_MS", "0")) / 1000)
+    except asyncio.CancelledError:
+        counters["cancelled"] += 1
+        raise
+    pos = params.position
+    line = ls.workspace.get_text_document(params.text_document.uri).lines[pos.line:pos.line + 1]
+    line_end = len(line[0].rstrip("\r\n")) if line else pos.character
+    # The item replaces the rest of the line, as the real server does when completing mid-line.
+    end = types.Position(pos.line, max(pos.character, line_end))
+    item = types.InlineCompletionItem(insert_text=completion_text(), range=types.Range(pos, end))
+    return types.InlineCompletionList(items=[item])
+
+
+@server.feature("codecue/didShowCompletion")
+def did_show(ls, params):
+    counters["shown"] += 1
+
+
+@server.feature("codecue/didAcceptCompletion")
+def did_accept(ls, params):
+    counters["accepted"] += 1
+    counters["accepted_chars"] += int(getattr(params, "acceptedLength", 0) or 0)
+
+
+@server.feature("codecue/didRejectCompletion")
+def did_reject(ls, params):
+    counters["rejected"] += 1
+
+
+@server.command("codecue.stats")
+def stats(ls, *args):
+    return dict(counters)
+
+
+if __name__ == "__main__":
+    server.start_io()

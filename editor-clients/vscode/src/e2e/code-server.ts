@@ -1,0 +1,204 @@
+// Real-editor test: VS Code 1.100 (code-server 4.100.3) with the built codecue.vsix, driven by headless Debian
+// chromium through playwright-core. Opens a Python file, types, waits for the ghost text, accepts it with Tab,
+// saves, and checks the file on disk. The real codecue-lsp runs on the tiny random model pair.
+//
+//   node out/e2e/code-server.js      (npm run e2e:code-server; editor-clients/test.sh installs what it needs)
+// Env: CODE_SERVER_DIR (node_modules/code-server), CODECUE_PYTHON, CHROMIUM, CODECUE_ARTIFACTS (screenshot dir),
+// CODECUE_E2E_PAIR (default "tiny"; "default" uses the real models from `codecue-models fetch`, for docs/vscode.png).
+import { strict as assert } from 'node:assert';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { chromium, Page } from 'playwright-core';
+
+const EXTENSION_DIR = resolve(__dirname, '..', '..');
+const REPO = resolve(EXTENSION_DIR, '..', '..');
+const CODE_SERVER = process.env.CODE_SERVER_DIR
+  ?? join(homedir(), '.cache', 'codecue-editor-tests', 'code-server-4.100.3', 'node_modules', 'code-server');
+const PYTHON = process.env.CODECUE_PYTHON ?? join(REPO, '.venv', 'bin', 'python');
+const ARTIFACTS = process.env.CODECUE_ARTIFACTS ?? join(EXTENSION_DIR, 'test-artifacts');
+const ENTRY = join(CODE_SERVER, 'out', 'node', 'entry.js');
+const PORT = 18000 + (process.pid % 1000);
+const PAIR = process.env.CODECUE_E2E_PAIR ?? 'tiny';
+const ORIGINAL = 'def fibonacci(n):\n    if n <= 1:\n        return n';
+const TYPED = process.env.CODECUE_E2E_TYPED ?? (PAIR === 'tiny' ? 'return n' : 'return fib');
+
+function log(message: string): void {
+  console.log(`[code-server e2e] ${message}`);
+}
+
+function userSettings(pairDir: string, serverLog: string): Record<string, unknown> {
+  const tinyPair = {
+    CODECUE_HOME: join(pairDir, 'home'), CODECUE_MODELS_TOML: join(pairDir, 'models.toml'), CODECUE_DTYPE: 'float32',
+  };
+  return {
+    'codecue.server.path': PYTHON,
+    // The server log records the show/accept notifications it receives (telemetry.py).
+    'codecue.server.args': ['-m', 'codecue_lsp', '--log-level', 'INFO', '--log-file', serverLog],
+    'codecue.server.env': { PYTHONPATH: REPO, ...(PAIR === 'tiny' ? tinyPair : {}) },
+    'codecue.pair': PAIR,
+    'codecue.maxTokens': PAIR === 'tiny' ? 12 : 48,
+    // Keep the word-based suggest widget away: Tab must go to the inline suggestion.
+    'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
+    'editor.suggestOnTriggerCharacters': false,
+    'editor.wordBasedSuggestions': 'off',
+    'editor.autoClosingBrackets': 'never',
+    'editor.autoClosingQuotes': 'never',
+    'editor.inlineSuggest.enabled': true,
+    'editor.minimap.enabled': false,
+    'workbench.startupEditor': 'none',
+    'workbench.tips.enabled': false,
+    'security.workspace.trust.enabled': false,
+    'telemetry.telemetryLevel': 'off',
+    'extensions.ignoreRecommendations': true,
+    'update.mode': 'none',
+    'window.commandCenter': false,
+    'chat.commandCenter.enabled': false,
+    'workbench.secondarySideBar.defaultVisibility': 'hidden',
+  };
+}
+
+async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const res = await fetch(url);
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`code-server did not answer ${url}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function openFile(page: Page, name: string): Promise<void> {
+  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+  await page.keyboard.press('Control+P');
+  await page.locator('.quick-input-widget input').waitFor();
+  await page.keyboard.type(name);
+  await page.locator(`.quick-input-list .monaco-list-row[aria-label*="${name}"]`).first().waitFor();
+  await page.keyboard.press('Enter');
+  await page.locator('.monaco-editor .view-lines').first().waitFor();
+}
+
+async function run(): Promise<void> {
+  const work = mkdtempSync(join(tmpdir(), 'codecue-code-server-'));
+  const pairDir = join(work, 'pair');
+  const userData = join(work, 'user-data');
+  const extensions = join(work, 'extensions');
+  const project = join(work, 'project');
+  const file = join(project, 'example.py');
+  const serverLog = join(work, 'server.log');
+  mkdirSync(join(userData, 'User'), { recursive: true });
+  mkdirSync(project);
+  mkdirSync(ARTIFACTS, { recursive: true });
+  writeFileSync(file, ORIGINAL);
+  let server: ChildProcess | undefined;
+  let browser: Awaited<ReturnType<typeof chromium.launch>> | undefined;
+  try {
+    if (PAIR === 'tiny') {
+      log('building the tiny model pair');
+      execFileSync(PYTHON, ['-m', 'engine.testing', pairDir], { env: { ...process.env, PYTHONPATH: REPO }, stdio: 'ignore' });
+    }
+    writeFileSync(join(userData, 'User', 'settings.json'), JSON.stringify(userSettings(pairDir, serverLog), null, 2));
+
+    log('installing codecue.vsix');
+    const dirs = ['--user-data-dir', userData, '--extensions-dir', extensions];
+    execFileSync('node', [ENTRY, ...dirs, '--install-extension', join(EXTENSION_DIR, 'codecue.vsix')], { stdio: 'inherit' });
+
+    log(`starting code-server on 127.0.0.1:${PORT}`);
+    server = spawn('node', [ENTRY, ...dirs, '--auth', 'none', '--bind-addr', `127.0.0.1:${PORT}`,
+      '--disable-telemetry', '--disable-update-check', '--disable-workspace-trust', project],
+      { detached: true, stdio: ['ignore', 'ignore', 'inherit'] }); // own process group: killed as a whole below
+    await waitForHttp(`http://127.0.0.1:${PORT}/healthz`, 60_000);
+
+    browser = await chromium.launch({
+      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync'],
+    });
+    const page = await browser.newPage({ viewport: { width: 1100, height: 560 } });
+    await page.goto(`http://127.0.0.1:${PORT}/?folder=${encodeURIComponent(project)}`);
+    await openFile(page, 'example.py');
+    log('waiting for CodeCue to be ready (status bar)');
+    await page.locator('.statusbar-item:has-text("CodeCue")').filter({ has: page.locator('.codicon-check') })
+      .waitFor({ timeout: 120_000 });
+
+    log('typing');
+    await page.locator('.monaco-editor .view-lines').first().click();
+    await page.keyboard.press('Control+End');
+    await page.keyboard.press('Enter'); // VS Code keeps the indentation of the `return n` line...
+    await page.keyboard.press('Shift+Tab'); // ...so step out of the if block
+    await page.keyboard.type(TYPED, { delay: 40 });
+    const ghost = page.locator('.monaco-editor .ghost-text-decoration');
+    await ghost.first().waitFor({ timeout: 60_000 });
+    await page.waitForTimeout(300); // let every part of the suggestion render
+    // VS Code may draw one suggestion as several decorations: the on-screen text is all of them in order.
+    const ghostText = (await ghost.allTextContents()).join('').replace(/\u00a0/g, ' ');
+    log(`ghost text: ${JSON.stringify(ghostText)}`);
+    await page.screenshot({ path: join(ARTIFACTS, 'vscode-ghost-text.png') });
+
+    const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const savedFile = async (pattern: RegExp) => {
+      await page.keyboard.press('Control+S');
+      const deadline = Date.now() + 15_000;
+      let saved = readFileSync(file, 'utf8');
+      while (!pattern.test(saved) && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 200));
+        saved = readFileSync(file, 'utf8');
+      }
+      log(`saved file: ${JSON.stringify(saved)}`);
+      return saved;
+    };
+    // The new line: VS Code's indentation, then what was typed.
+    const newLine = (rest: string) => new RegExp(`^${escape(ORIGINAL)}\\n[ \\t]*${escape(TYPED)}${rest}`);
+    assert.ok(ghostText.trim().length > 0, 'the ghost text is empty');
+
+    // Ctrl+Right: CodeCue's accept-next-word command inserts the start of the suggestion only.
+    await page.keyboard.press('Control+ArrowRight');
+    const afterWord = await savedFile(newLine('.'));
+    const word = afterWord.match(newLine('(.*)'))![1];
+    assert.ok(word.length > 0 && ghostText.startsWith(word), `accept-next-word inserted ${JSON.stringify(word)}`);
+
+    // Tab accepts the rest (unless the suggestion was one word); the line then ends with the whole ghost text.
+    if (word !== ghostText) {
+      await page.locator('.monaco-editor .ghost-text-decoration').first().waitFor({ timeout: 10_000 });
+      await page.keyboard.press('Tab');
+    }
+    const whole = newLine(`${escape(ghostText)}(\\n|$)`);
+    assert.match(await savedFile(whole), whole, 'the saved file should hold the typed text and the accepted ghost text');
+
+    const notifications = readFileSync(serverLog, 'utf8').split('\n').filter((l) => /completion (shown|accepted)/.test(l));
+    log(`server log:\n  ${notifications.map((l) => l.replace(/^.*?(completion)/, '$1')).join('\n  ')}`);
+    // Up to the last accept (VS Code may already have asked for, and shown, what comes next).
+    const lastAccept = notifications.map((l) => l.includes('completion accepted')).lastIndexOf(true);
+    const events = notifications.slice(0, lastAccept + 1);
+    const shown = events.filter((l) => l.includes('completion shown'));
+    const accepted = events.filter((l) => l.includes('completion accepted'));
+    const number = (line: string, key: string) => Number(line.match(new RegExp(`'${key}': (\\d+)`))?.[1]);
+    assert.equal(shown.length, 1, 'one suggestion was shown (its rest after accept-word is the same suggestion)');
+    assert.equal(accepted.length, word === ghostText ? 1 : 2, 'accept-word and Tab each send didAcceptCompletion');
+    assert.equal(number(accepted[0], 'acceptedLength'), [...word].length);
+    const total = accepted.reduce((sum, line) => sum + number(line, 'acceptedLength'), 0);
+    assert.equal(total, number(shown[0], 'length'), 'every accepted character is counted once');
+    await page.screenshot({ path: join(ARTIFACTS, 'vscode-accepted.png') });
+    log('PASS: ghost text shown, first word accepted with Ctrl+Right, the rest with Tab, saved; server counted it');
+  } finally {
+    await browser?.close();
+    if (server?.pid) {
+      try {
+        process.kill(-server.pid, 'SIGTERM');
+      } catch {
+        // already gone
+      }
+    }
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+run().catch((err) => {
+  console.error(`[code-server e2e] FAIL: ${err instanceof Error ? err.stack : err}`);
+  process.exit(1);
+});

@@ -1,0 +1,55 @@
+// The extension's settings ("codecue.*") and what the server gets from them. No vscode import: unit-tested as is.
+
+export interface Settings {
+  enable: boolean;
+  serverPath: string;
+  serverArgs: string[];
+  serverEnv: Record<string, string>;
+  pair: string;
+  enabledLanguages: string[];
+  debounceMs: number;
+  maxTokens: number;
+}
+
+/** The part of vscode.WorkspaceConfiguration that is read here. */
+export interface ConfigReader {
+  get<T>(key: string, fallback: T): T;
+}
+
+export const DEFAULT_LANGUAGES = [
+  'python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact', 'go', 'rust', 'java', 'c', 'cpp',
+];
+
+export function readSettings(config: ConfigReader): Settings {
+  return {
+    enable: config.get('enable', true),
+    serverPath: config.get('server.path', 'codecue-lsp').trim() || 'codecue-lsp',
+    serverArgs: config.get<string[]>('server.args', []).filter((a) => a !== '--stdio'),
+    serverEnv: config.get<Record<string, string>>('server.env', {}),
+    pair: config.get('pair', 'default'),
+    enabledLanguages: config.get('enabledLanguages', DEFAULT_LANGUAGES),
+    debounceMs: config.get('debounceMs', 30),
+    maxTokens: config.get('maxTokens', 64),
+  };
+}
+
+/** The settings the server understands (codecue_lsp/config.py), for initializationOptions and
+ * workspace/configuration. Client-only settings (enable, server.*) are left out so the server has nothing to
+ * warn about. */
+export function serverSettings(s: Settings): Record<string, unknown> {
+  return { pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens };
+}
+
+/** Which documents the client sends to the server: files and unsaved buffers of the enabled languages. */
+export function documentSelector(s: Settings): { scheme: string; language: string }[] {
+  return s.enabledLanguages.flatMap((language) => [
+    { scheme: 'file', language },
+    { scheme: 'untitled', language },
+  ]);
+}
+
+/** Settings whose change needs a server restart (everything the process is started with). */
+export function needsRestart(before: Settings, after: Settings): boolean {
+  const started = (s: Settings) => JSON.stringify([s.serverPath, s.serverArgs, s.serverEnv, s.pair, s.enabledLanguages]);
+  return started(before) !== started(after);
+}

@@ -1,0 +1,76 @@
+// What the status bar item says: loading progress, ready (with the last latency), off, or an error.
+// Pure state; extension.ts copies `view()` into a vscode.StatusBarItem.
+
+export type Phase = 'starting' | 'loading' | 'ready' | 'error' | 'stopped';
+
+export interface ProgressValue {
+  kind: 'begin' | 'report' | 'end';
+  message?: string;
+  percentage?: number;
+}
+
+export interface StatusView {
+  text: string;
+  tooltip: string;
+  error: boolean;
+}
+
+export class Status {
+  phase: Phase = 'starting';
+  enabled = true;
+  percentage?: number;
+  message?: string;
+  latencyMs?: number;
+  error?: string;
+
+  progress(value: ProgressValue): void {
+    if (value.kind === 'end') {
+      const failed = /fail/i.test(value.message ?? '');
+      this.phase = failed ? 'error' : 'ready';
+      this.error = failed ? value.message : undefined;
+    } else {
+      this.phase = 'loading';
+      this.percentage = value.percentage ?? this.percentage;
+    }
+    this.message = value.message ?? this.message;
+  }
+
+  latency(ms: number): void {
+    this.latencyMs = Math.round(ms);
+    if (this.phase === 'starting') {
+      this.phase = 'ready'; // a server that loads without reporting progress
+    }
+  }
+
+  failed(message: string): void {
+    this.phase = 'error';
+    this.error = message;
+  }
+
+  stopped(): void {
+    this.phase = 'stopped';
+  }
+
+  view(): StatusView {
+    if (!this.enabled) {
+      return { text: '$(circle-slash) CodeCue', tooltip: 'CodeCue is off (click to turn on)', error: false };
+    }
+    switch (this.phase) {
+      case 'starting':
+        return { text: '$(loading~spin) CodeCue', tooltip: 'Starting codecue-lsp', error: false };
+      case 'loading': {
+        const pct = this.percentage !== undefined ? ` ${this.percentage}%` : '';
+        return { text: `$(loading~spin) CodeCue${pct}`, tooltip: this.message ?? 'Loading the model', error: false };
+      }
+      case 'ready': {
+        const latency = this.latencyMs !== undefined ? ` ${this.latencyMs} ms` : '';
+        const last = this.latencyMs !== undefined ? ` (last suggestion ${this.latencyMs} ms)` : '';
+        return { text: `$(check) CodeCue${latency}`, tooltip: `CodeCue ready${last}. Click to turn off.`, error: false };
+      }
+      case 'error':
+        return { text: '$(error) CodeCue', tooltip: `CodeCue: ${this.error ?? 'error'} (see CodeCue: Show Server Log)`, error: true };
+      case 'stopped':
+        return { text: '$(debug-disconnect) CodeCue', tooltip: 'codecue-lsp stopped (see CodeCue: Show Server Log)', error: true };
+    }
+  }
+}
