@@ -33,7 +33,7 @@ def test_layout_is_context_then_prefix_then_suffix():
     assert prompt.text.startswith("<|fim_prefix|><|file_sep|>util.py\ndef fib_cache(n): ...\n<|file_sep|>main.py\n")
     assert prompt.text.endswith(f"{prompt.prefix}<|fim_suffix|>{prompt.suffix}<|fim_middle|>")
     assert prompt.prefix.startswith("import util") and prompt.suffix == "\n\nprint(fibonacci(10))\n"
-    assert prompt.mode == "line" and prompt.sections["prefix"] == count(prompt.prefix)
+    assert prompt.mode == "block" and prompt.sections["prefix"] == count(prompt.prefix)
 
 
 @pytest.mark.parametrize("total", [200, 400, 800])

@@ -20,8 +20,14 @@ def built(language, marked):
     ("python", "class A:\n    def m(self):  # comment\n        █\n", "block", "    "),
     ("python", "if x:\n    pass\nelse:\n    █", "block", ""),
     ("python", "d = {1:█", "line", ""),                    # a dict entry's ':' opens no block
+    # An indented empty line inside a block: the block's next statements, up to the enclosing header.
+    ("python", "def fib(n):\n    if n <= 1:\n        return n\n    █", "block", ""),
+    ("python", "class A:\n    def m(self):\n        x = 1\n\n        █\n", "block", "    "),
+    ("python", "x = 1\n█", "line", ""),                       # top level, nothing typed: one line
+    ("python", "def f():\n    x = 1\n    y█", "line", "    "),  # typing on a line: finish it
+    ("go", "func f() int {\n\tx := 1\n\t█\n}", "block", ""),
     ("python", "x = foo(a, █)", "line", ""),                 # mid-line
-    ("python", "def f(x):\n    y = 1\n    █", "line", "    "),  # after an ordinary statement
+    ("python", "def f(x):\n    y = 1\n    █", "block", ""),     # after an ordinary statement: the next ones
     ("python", "def f(x):\n    return x█", "line", "    "),
     ("javascript", "function f(a) {\n  █\n}", "block", ""),
     ("typescriptreact", "const f = (a: number) => {\n  █\n}", "block", ""),

@@ -12,7 +12,7 @@ from . import budget as budgeting
 from .context import rank_items, select_items
 from .fim import assemble, display_path, file_block, file_header
 from .languages import comment_prefix, spec_for, uses_braces
-from .mode import decide_mode
+from .mode import decide_mode, indented_empty_line_mode
 from .syntax import SyntaxCache, SyntaxView, parse_document
 from .text import indentation, line_end_offset, offset_of_position, open_brackets, sanitize
 from .window import FRESH_PARSE_CHARS, Window, syntax_view
@@ -82,6 +82,9 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
         last_token = _last_token_on_row(view, window, header_row, offset)
     previous_line = window.line(header_row).rstrip("\r\n") if header_row is not None else ""
     mode, header_indent = decide_mode(line_prefix, line_suffix, previous_line, braces, comment, last_token)
+    if mode == "line":
+        rows_above = (window.line(row) for row in range(cursor_row - 1, max(window.first_row - 1, cursor_row - 200), -1))
+        mode, header_indent = indented_empty_line_mode(line_prefix, line_suffix, rows_above) or (mode, header_indent)
     lookback = window.row_start(max(cursor_row - BRACKET_LOOKBACK_ROWS, window.first_row)) or 0
 
     # Suffix: the rest of the enclosing block, then what follows it, ending at a statement end.

@@ -1,7 +1,9 @@
 """Single line or block: decided from the code around the cursor."""
 from __future__ import annotations
 
-from .text import indentation, open_brackets
+from typing import Iterable
+
+from .text import indent_width, indentation, open_brackets
 
 # A ':' under these nodes is not a block header (dict entries, slices, lambdas, annotations).
 _NOT_HEADER_PARENTS = frozenset({"pair", "dictionary", "slice", "subscript", "lambda", "lambda_parameters",
@@ -49,3 +51,16 @@ def decide_mode(line_prefix: str, line_suffix: str, previous_line: str, braces: 
     if previous_line and opens_block(previous_line, braces, comment, last_token):
         return "block", indentation(previous_line)
     return "line", indentation(line_prefix)
+
+
+def indented_empty_line_mode(line_prefix: str, line_suffix: str, lines_above: Iterable[str]) -> tuple[str, str] | None:
+    """On a line holding only indentation inside a block (after `return n` in a function body, say), the user is
+    about to write the block's next statements: block mode, bounded by the enclosing header's indentation.
+    `lines_above` runs upwards from the line before the cursor. None when the rule does not apply."""
+    if line_suffix.strip() or line_prefix.strip() or not line_prefix:
+        return None
+    width = indent_width(line_prefix)
+    for line in lines_above:
+        if line.strip() and indent_width(line) < width:
+            return "block", indentation(line)
+    return None

@@ -1,0 +1,101 @@
+"""`codecue-lsp`: run the language server (stdio by default), or `--check` that the model pair works."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .config import DRAFTERS
+
+CHECK_DOCUMENT = "def fibonacci(n):\n    if n <= 1:\n        return n\n    "
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="codecue-lsp", description="CodeCue code-completion language server")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (default)")
+    mode.add_argument("--tcp", action="store_true", help="listen on 127.0.0.1:--port")
+    mode.add_argument("--check", action="store_true",
+                      help="load the model pair, run one completion, print timings and exit")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--port", type=int, default=2087, help="TCP port for --tcp (default 2087)")
+    parser.add_argument("--pair", help="model pair from models.toml (default: default)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="weights dtype")
+    parser.add_argument("--max-tokens", type=int, help="most tokens per completion (default 64)")
+    parser.add_argument("--debounce-ms", type=int, help="wait this long for more typing (default 30)")
+    parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default hybrid)")
+    parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    parser.add_argument("--log-file", help="also log to this file (logs never go to stdout)")
+    return parser.parse_args(argv)
+
+
+def cli_settings(args: argparse.Namespace) -> dict:
+    """Only the flags the user gave: they override editor settings."""
+    given = {
+        "pair": args.pair, "device": args.device, "dtype": args.dtype, "max_tokens": args.max_tokens,
+        "debounce_ms": args.debounce_ms, "drafter": args.drafter, "enabled_languages": args.languages,
+        "log_level": args.log_level, "log_file": args.log_file,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def check(settings) -> int:
+    """Load the pair, complete CHECK_DOCUMENT twice (cold, then warm), print timings. 0 = working."""
+    from engine.models import ModelsError
+
+    from .prompt import OpenDocument
+    from .server import build_completer
+
+    print(f"codecue-lsp --check: pair {settings.pair!r}", flush=True)
+    started = time.perf_counter()
+    try:
+        completer = build_completer(settings, None)
+    except ModelsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        print(f"error: could not load model pair {settings.pair!r}: {exc}. "
+              f"Run `codecue-models fetch` (or `codecue-models verify`).", file=sys.stderr)
+        return 2
+    pair = completer.engine.pair
+    print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, dtype {pair.dtype})")
+    doc = OpenDocument(uri="file:///codecue-check.py", language_id="python", text=CHECK_DOCUMENT)
+    lines = CHECK_DOCUMENT.split("\n")
+    for label in ("cold", "warm"):
+        t0 = time.perf_counter()
+        prepared = completer.prepare(doc, len(lines) - 1, len(lines[-1]), settings)
+        text, result = completer.complete(prepared)
+        ms = (time.perf_counter() - t0) * 1000
+        s = result.stats
+        print(f"{label}: {ms:.0f} ms, prompt {s.prompt_tokens} tokens ({s.reused_prompt_tokens} reused), "
+              f"{len(result.token_ids)} new tokens in {s.target_passes} target passes, "
+              f"acceptance {s.acceptance_rate:.2f}, finish {result.finish_reason}")
+    print(f"completion: {text!r}")
+    completer.engine.close()
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.version:
+        from .server import server_version
+
+        print(f"codecue-lsp {server_version()}")
+        return 0
+    settings_in = cli_settings(args)
+    if args.check:
+        from .config import Settings, configure_logging
+
+        settings = Settings().merged(settings_in)
+        configure_logging("WARNING" if args.log_level is None else settings.log_level, settings.log_file)
+        return check(settings)
+    from .server import run
+
+    run(settings_in, tcp_port=args.port if args.tcp else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

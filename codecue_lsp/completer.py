@@ -1,0 +1,75 @@
+"""Document snapshot + cursor -> prompt -> engine request -> post-processed completion text.
+
+Test knob: CODECUE_TEST_STEP_DELAY_MS=N makes every engine step at least N ms slower (the delay runs on the engine
+worker between steps, so a cancel is still seen within one step). It exists so that end-to-end tests can observe
+cancellation and supersession with the (very fast) tiny model; it is never set in normal use.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from engine.types import CancelToken, CompletionRequest, CompletionResult
+
+from .config import Settings
+from .postprocess import make_stop_predicate, postprocess
+from .prompt import OpenDocument, SyntaxCache, build_prompt
+
+logger = logging.getLogger(__name__)
+
+STEP_DELAY_ENV = "CODECUE_TEST_STEP_DELAY_MS"
+
+
+@dataclass
+class Prepared:
+    built: object  # prompt.BuiltPrompt
+    request: CompletionRequest
+
+
+class Completer:
+    def __init__(self, engine, syntax: SyntaxCache | None = None, step_delay_s: float | None = None) -> None:
+        self.engine = engine
+        self.syntax = syntax
+        if step_delay_s is None:
+            step_delay_s = float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
+        self.step_delay_s = step_delay_s
+
+    def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
+                other_docs: Sequence[OpenDocument] = ()) -> Prepared:
+        """Build the prompt (on the caller's thread: the syntax cache is only touched from the event loop)."""
+        built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
+                             other_docs=other_docs, syntax=self.syntax)
+        request = CompletionRequest(
+            prompt_ids=self.engine.encode(built.text),
+            max_new_tokens=settings.max_tokens,
+            stop=make_stop_predicate(built),
+            session=doc.uri,
+            drafter=settings.drafter,
+        )
+        return Prepared(built=built, request=request)
+
+    def submit(self, prepared: Prepared, token: CancelToken):
+        return self.engine.submit(prepared.request, token, on_tokens=self._step_delay(token))
+
+    def finish(self, prepared: Prepared, result: CompletionResult) -> str:
+        return postprocess(result.text, prepared.built)
+
+    def complete(self, prepared: Prepared, token: CancelToken | None = None) -> tuple[str, CompletionResult]:
+        """Blocking form, for `codecue-lsp --check` and benchmarks."""
+        token = token or CancelToken()
+        result = self.submit(prepared, token).result()
+        return self.finish(prepared, result), result
+
+    def _step_delay(self, token: CancelToken) -> Callable[[list[int], str], None] | None:
+        if self.step_delay_s <= 0:
+            return None
+        delay = self.step_delay_s
+
+        def slow_step(_ids: list[int], _text: str) -> None:
+            deadline = time.monotonic() + delay
+            while not token.is_set() and time.monotonic() < deadline:
+                time.sleep(min(0.005, delay))
+        return slow_step

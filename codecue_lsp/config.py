@@ -1,0 +1,146 @@
+"""Server settings: one dataclass filled from command-line flags, `initializationOptions` and the client's
+`workspace/configuration` section "codecue" (later sources win, unknown or ill-typed keys are ignored and logged).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+logger = logging.getLogger(__name__)
+
+CONFIG_SECTION = "codecue"
+DRAFTERS = ("none", "draft", "lookup", "hybrid")
+# Settings that only take effect when the model pair is loaded; changing them later needs a restart.
+LOAD_SETTINGS = ("pair", "device", "dtype")
+DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust",
+                     "java", "c", "cpp")
+
+
+@dataclass
+class Settings:
+    pair: str = "default"
+    device: str | None = None
+    dtype: str | None = None
+    max_tokens: int = 64
+    debounce_ms: int = 30
+    drafter: str = "hybrid"
+    # Empty tuple = every language. "*" in the list also means every language.
+    enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
+    log_level: str = "INFO"
+    log_file: str | None = None
+
+    def language_enabled(self, language_id: str | None) -> bool:
+        langs = self.enabled_languages
+        return not langs or "*" in langs or (language_id or "") in langs
+
+    def merged(self, options: Mapping[str, Any] | None) -> "Settings":
+        """A copy with every valid key of `options` applied (camelCase or snake_case keys)."""
+        if not options:
+            return dataclasses.replace(self)
+        if not isinstance(options, Mapping):
+            logger.warning("ignoring settings that are not an object: %r", options)
+            return dataclasses.replace(self)
+        if isinstance(options.get(CONFIG_SECTION), Mapping):  # {"codecue": {...}} as well as {...}
+            options = options[CONFIG_SECTION]
+        changes: dict[str, Any] = {}
+        for raw_key, value in options.items():
+            key = snake_case(str(raw_key))
+            if key not in _PARSERS:
+                logger.warning("ignoring unknown setting %r", raw_key)
+                continue
+            if value is None:
+                continue
+            try:
+                changes[key] = _PARSERS[key](value)
+            except (TypeError, ValueError) as exc:
+                logger.warning("ignoring setting %s=%r: %s", raw_key, value, exc)
+        return dataclasses.replace(self, **changes)
+
+
+def snake_case(name: str) -> str:
+    out = []
+    for ch in name:
+        if ch.isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out).replace("-", "_")
+
+
+def _int_in(lo: int, hi: int):
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError("expected a number")
+        number = int(value)
+        if not lo <= number <= hi:
+            raise ValueError(f"expected {lo}..{hi}")
+        return number
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError("expected a non-empty string")
+    return value.strip()
+
+
+def _one_of(choices: tuple[str, ...]):
+    def parse(value: Any) -> str:
+        value = _text(value)
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+    return parse
+
+
+def _languages(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v for v in value.split(",")]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError("expected a list of language ids")
+    return tuple(v.strip() for v in value if v.strip())
+
+
+def _log_level(value: Any) -> str:
+    value = _text(value).upper()
+    if value not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError("expected DEBUG, INFO, WARNING or ERROR")
+    return value
+
+
+_PARSERS = {
+    "pair": _text,
+    "device": _text,
+    "dtype": _one_of(("float32", "bfloat16", "float16")),
+    "max_tokens": _int_in(1, 4096),
+    "debounce_ms": _int_in(0, 5000),
+    "drafter": _one_of(DRAFTERS),
+    "enabled_languages": _languages,
+    "log_level": _log_level,
+    "log_file": _text,
+}
+assert set(_PARSERS) == {f.name for f in dataclasses.fields(Settings)}
+
+
+def restart_needed(old: Settings, new: Settings) -> list[str]:
+    """Names of changed settings that only apply when the pair is (re)loaded."""
+    return [name for name in LOAD_SETTINGS if getattr(old, name) != getattr(new, name)]
+
+
+def configure_logging(level: str, log_file: str | None = None) -> None:
+    """Log to stderr (and a file when asked). Never stdout: in stdio mode stdout carries the protocol."""
+    import sys
+
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=handlers, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_pygls(level)
+
+
+def quiet_pygls(level: str) -> None:
+    # pygls logs every message body at INFO: the user's code in the log. Only show it when debugging.
+    logging.getLogger("pygls").setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
+

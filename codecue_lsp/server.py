@@ -1,0 +1,389 @@
+"""The CodeCue language server: pygls handlers that only wire the pieces together.
+
+Custom notifications (client -> server, params are plain objects; all fields optional):
+  codecue/didShowCompletion    {uri, length}
+  codecue/didAcceptCompletion  {uri, length, acceptedLength}   (acceptedLength < length for partial accepts)
+  codecue/didRejectCompletion  {uri, length}
+Command: workspace/executeCommand "codecue.stats" -> counters (see telemetry.Telemetry.snapshot).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+
+from .config import CONFIG_SECTION, Settings, configure_logging, quiet_pygls, restart_needed
+from .positions import UNIT_COUNTERS, count_units, cursor_at, item_edit, utf16_units
+from .scheduler import Scheduler, await_engine, debounce
+from .telemetry import Telemetry, event_params
+from .typethrough import TypeThroughCache
+
+logger = logging.getLogger(__name__)
+
+
+def server_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("codecue")
+    except metadata.PackageNotFoundError:  # running from a source checkout
+        return "0.1.0+source"
+
+
+# Larger documents get no completions and no syntax tree: generated or data files, not code being typed.
+MAX_DOCUMENT_CHARS = 1_000_000
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    uri: str
+    language_id: str
+    version: int | None
+    text: str
+
+
+class CodeCueProtocol(LanguageServerProtocol):
+    def structure_message(self, data):
+        """Answer a request whose params do not parse (e.g. a negative line) with InvalidParams: pygls would
+        only log it, and the client would wait forever."""
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if isinstance(data, dict) and "id" in data and "method" in data:
+                self._send_response(data["id"], error=exc.to_response_error())
+            raise
+
+
+class CodeCueServer(LanguageServer):
+    def __init__(self, cli_settings: dict | None = None) -> None:
+        super().__init__("codecue-lsp", server_version(), protocol_cls=CodeCueProtocol,
+                         text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+        self.cli_settings = dict(cli_settings or {})  # explicit flags win over editor settings
+        self.settings = Settings().merged(self.cli_settings)
+        self.scheduler = Scheduler()
+        self.typethrough = TypeThroughCache()
+        self.telemetry = Telemetry()
+        self.completer = None  # set once the model pair is loaded
+        self.load_error: str | None = None
+        self.initialization_options = None
+        self.syntax = _new_syntax_cache()
+        self._load_task: asyncio.Task | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.completer is not None
+
+    def report_server_error(self, error: Exception, source) -> None:
+        # Malformed messages are logged, not shown: a popup per bad message helps nobody.
+        logger.error("server error (%s): %s", getattr(source, "__name__", source), error)
+
+    # --- settings ----------------------------------------------------------------------------------------------
+    def apply_settings(self, *layers) -> None:
+        new = Settings()
+        for layer in (*layers, self.cli_settings):
+            new = new.merged(layer)
+        if self.ready and (changed := restart_needed(self.settings, new)):
+            logger.warning("settings %s take effect after a restart", ", ".join(changed))
+        if new.log_level != self.settings.log_level:
+            logging.getLogger().setLevel(new.log_level)
+            quiet_pygls(new.log_level)
+        self.settings = new
+
+    async def pull_configuration(self) -> dict | None:
+        caps = self.client_capabilities.workspace
+        if not (caps and caps.configuration):
+            return None
+        try:
+            result = await asyncio.wait_for(self.workspace_configuration_async(
+                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=CONFIG_SECTION)])), timeout=5)
+        except Exception as exc:  # a client that cannot answer must not stop the server
+            logger.warning("workspace/configuration failed: %s", exc)
+            return None
+        return result[0] if result and isinstance(result[0], dict) else None
+
+    # --- documents -----------------------------------------------------------------------------------------------
+    def snapshot(self, uri: str) -> Snapshot | None:
+        """The open document's current text, or None for a document the client never opened."""
+        doc = self.workspace.text_documents.get(unquote(uri)) if isinstance(uri, str) else None
+        if doc is None:
+            return None
+        text = doc.source
+        if _LONE_SURROGATE.search(text):  # from "\ud800" escapes in the JSON; same length, so offsets hold
+            text = _LONE_SURROGATE.sub("\ufffd", text)
+        return Snapshot(uri=doc.uri, language_id=doc.language_id or "", version=doc.version, text=text)
+
+    def current_version(self, uri: str) -> int | None:
+        doc = self.workspace.text_documents.get(unquote(uri))
+        return doc.version if doc is not None else None
+
+    def update_syntax(self, uri: str) -> None:
+        snap = self.snapshot(uri)
+        if self.syntax is None or snap is None:
+            return
+        try:
+            if len(snap.text) > MAX_DOCUMENT_CHARS:
+                self.syntax.close(snap.uri)
+            else:
+                self.syntax.update(snap.uri, snap.language_id, snap.text)
+        except Exception:
+            logger.exception("syntax update failed for %s", uri)
+
+    def other_documents(self, uri: str) -> list:
+        from .prompt import OpenDocument
+
+        out = []
+        for doc in list(self.workspace.text_documents.values()):
+            if doc.uri != uri and len(doc.source) <= MAX_DOCUMENT_CHARS:
+                out.append(OpenDocument(uri=doc.uri, language_id=doc.language_id or "", text=doc.source))
+        return out
+
+    def position_units(self):
+        encoding = self.workspace.position_encoding
+        return UNIT_COUNTERS.get(getattr(encoding, "value", encoding) or "utf-16", utf16_units)
+
+
+def _new_syntax_cache():
+    try:
+        from .prompt import SyntaxCache
+
+        return SyntaxCache()
+    except Exception:  # tree-sitter missing or broken: prompts fall back to line-based rules
+        logger.exception("syntax cache unavailable")
+        return None
+
+
+def empty() -> lsp.InlineCompletionList:
+    return lsp.InlineCompletionList(items=[])
+
+
+def completion_list(text: str, cursor, doc_text: str, units) -> lsp.InlineCompletionList:
+    edit = item_edit(text, cursor, doc_text, units)
+    if edit is None:
+        return empty()
+    rng = lsp.Range(start=lsp.Position(line=edit.line, character=edit.start_character),
+                    end=lsp.Position(line=edit.line, character=edit.end_character))
+    return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=edit.insert_text, range=rng)])
+
+
+async def inline_completion(ls: CodeCueServer, params: lsp.InlineCompletionParams) -> lsp.InlineCompletionList:
+    started = time.perf_counter()
+    tel = ls.telemetry
+    tel.count("requests")
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        logger.info("inlineCompletion for a document that is not open: %s", params.text_document.uri)
+        tel.count("empty")
+        return empty()
+    if not ls.settings.language_enabled(snap.language_id) or len(snap.text) > MAX_DOCUMENT_CHARS:
+        tel.count("empty")
+        return empty()
+    units = ls.position_units()
+    cursor = cursor_at(snap.text, params.position.line, params.position.character, units)
+    if cursor is None:
+        logger.info("position %s is outside %s", params.position, snap.uri)
+        tel.count("empty")
+        return empty()
+    prefix, line_suffix = cursor.prefix(snap.text), cursor.line_suffix(snap.text)
+
+    ticket, older = ls.scheduler.begin(snap.uri, snap.version)
+    if older is not None:
+        tel.count("superseded")
+    try:
+        if (rest := ls.typethrough.lookup(snap.uri, prefix, line_suffix)) is not None:
+            tel.count("typethrough_hits")
+            ls.typethrough.remember(snap.uri, prefix, line_suffix, rest)  # typing on continues from here
+            tel.latency(time.perf_counter() - started)
+            return completion_list(rest, cursor, snap.text, units)
+        if not ls.ready:
+            tel.count("not_ready")
+            return empty()
+        if not await debounce(ticket, ls.settings.debounce_ms / 1000.0):
+            return empty()
+        from .prompt import OpenDocument
+
+        doc = OpenDocument(uri=snap.uri, language_id=snap.language_id, text=snap.text)
+        character_utf16 = count_units(cursor.line_prefix(snap.text), utf16_units)
+        prepared = ls.completer.prepare(doc, cursor.line, character_utf16, ls.settings,
+                                        other_docs=ls.other_documents(snap.uri))
+        future = ls.completer.submit(prepared, ticket.token)
+        _record_engine_totals(future, tel)
+        result = await await_engine(future, ticket.token)
+        if not ticket.live or ls.current_version(snap.uri) != snap.version:
+            tel.count("stale")
+            return empty()
+        text = ls.completer.finish(prepared, result)
+        ls.typethrough.remember(snap.uri, prefix, line_suffix, text)
+        tel.count("completed")
+        tel.latency(time.perf_counter() - started)
+        return completion_list(text, cursor, snap.text, units)
+    except asyncio.CancelledError:
+        tel.count("cancelled")
+        raise
+    except Exception:
+        tel.count("errors")
+        logger.exception("inlineCompletion failed for %s", snap.uri)
+        raise
+    finally:
+        ls.scheduler.finish(ticket)
+
+
+def _record_engine_totals(future, tel: Telemetry) -> None:
+    """Count every engine result, also of requests whose handler was cancelled before the engine stopped."""
+    loop = asyncio.get_running_loop()
+
+    def done(f) -> None:
+        if not f.cancelled() and f.exception() is None:
+            try:
+                loop.call_soon_threadsafe(tel.engine.add, f.result())
+            except RuntimeError:  # the loop has closed: the server is exiting
+                pass
+    future.add_done_callback(done)
+
+
+async def load_models(ls: CodeCueServer) -> None:
+    """Load the pair in a thread, showing progress; on failure tell the user how to fix it and keep serving."""
+    from engine.models import ModelsError
+
+    settings = ls.settings
+    token = f"codecue-load-{uuid.uuid4().hex[:8]}"
+    progress = await _create_progress(ls, token)
+    if progress:
+        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(
+            title="CodeCue", message=f"loading model pair {settings.pair}", percentage=0))
+    try:
+        completer = await asyncio.to_thread(build_completer, settings, ls.syntax)
+    except Exception as exc:
+        if isinstance(exc, ModelsError):
+            message = f"CodeCue: {exc}"
+        else:
+            logger.exception("loading the model pair failed")
+            message = (f"CodeCue could not load model pair {settings.pair!r} ({exc}). "
+                       f"Run `codecue-models fetch` (or `codecue-models verify`) and restart.")
+        if "codecue-models fetch" not in message:
+            message += " Run `codecue-models fetch` and restart."
+        ls.load_error = message
+        logger.error("%s", message)
+        ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
+        if progress:
+            ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="model loading failed"))
+        return
+    ls.completer = completer
+    logger.info("model pair %s ready", settings.pair)
+    if progress:
+        ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
+        ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))
+
+
+def build_completer(settings: Settings, syntax=None):
+    from engine.engine import Engine
+    from engine.models import load_pair
+
+    from .completer import Completer
+
+    pair = load_pair(settings.pair, device=settings.device, dtype=settings.dtype)
+    return Completer(Engine(pair), syntax=syntax)
+
+
+async def _create_progress(ls: CodeCueServer, token: str) -> bool:
+    window = ls.client_capabilities.window
+    if not (window and window.work_done_progress):
+        return False
+    try:
+        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
+        return True
+    except Exception as exc:
+        logger.warning("window/workDoneProgress/create failed: %s", exc)
+        return False
+
+
+def make_server(cli_settings: dict | None = None) -> CodeCueServer:
+    server = CodeCueServer(cli_settings)
+
+    @server.feature(lsp.INITIALIZE)
+    def on_initialize(ls: CodeCueServer, params: lsp.InitializeParams) -> None:
+        ls.initialization_options = params.initialization_options
+        ls.apply_settings(params.initialization_options)
+
+    @server.feature(lsp.INITIALIZED)
+    async def on_initialized(ls: CodeCueServer, params: lsp.InitializedParams) -> None:
+        workspace_settings = await ls.pull_configuration()
+        ls.apply_settings(ls.initialization_options, workspace_settings)
+        ls._load_task = asyncio.ensure_future(load_models(ls))
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def on_configuration(ls: CodeCueServer, params: lsp.DidChangeConfigurationParams) -> None:
+        pulled = await ls.pull_configuration()
+        ls.apply_settings(ls.initialization_options, pulled if pulled is not None else params.settings)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def on_open(ls: CodeCueServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        ls.update_syntax(params.text_document.uri)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def on_change(ls: CodeCueServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        if ls.scheduler.supersede(params.text_document.uri) is not None:
+            ls.telemetry.count("superseded")
+        ls.update_syntax(params.text_document.uri)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def on_close(ls: CodeCueServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.scheduler.supersede(uri)
+        ls.typethrough.forget(uri)
+        if ls.syntax is not None:
+            ls.syntax.close(uri)
+
+    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
+    async def on_inline_completion(ls: CodeCueServer, params: lsp.InlineCompletionParams):
+        return await inline_completion(ls, params)
+
+    @server.feature("codecue/didShowCompletion")
+    def on_shown(ls: CodeCueServer, params) -> None:
+        ls.telemetry.on_shown(event_params(params))
+
+    @server.feature("codecue/didAcceptCompletion")
+    def on_accepted(ls: CodeCueServer, params) -> None:
+        ls.telemetry.on_accepted(event_params(params))
+
+    @server.feature("codecue/didRejectCompletion")
+    def on_rejected(ls: CodeCueServer, params) -> None:
+        ls.telemetry.on_rejected(event_params(params))
+
+    @server.command("codecue.stats")
+    def stats(ls: CodeCueServer, *args) -> dict:
+        out = ls.telemetry.snapshot()
+        out["ready"] = ls.ready
+        out["load_error"] = ls.load_error
+        out["pair"] = ls.settings.pair
+        return out
+
+    @server.feature(lsp.SHUTDOWN)
+    def on_shutdown(ls: CodeCueServer, params) -> None:
+        ls.scheduler.cancel_all()
+        if ls.completer is not None:
+            ls.completer.engine.close()
+
+    return server
+
+
+def run(cli_settings: dict, tcp_port: int | None = None) -> None:
+    # Progress bars write one endless \r-separated line to stderr; a client reading stderr by lines can choke on it.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    settings = Settings().merged(cli_settings)
+    configure_logging(settings.log_level, settings.log_file)
+    server = make_server(cli_settings)
+    if tcp_port is not None:
+        server.start_tcp("127.0.0.1", tcp_port)  # loopback only: completions expose the user's code
+    else:
+        server.start_io()

@@ -1,0 +1,109 @@
+"""Local usage counters (log + memory only; nothing is ever sent anywhere). `codecue.stats` returns `snapshot()`."""
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
+            "shown", "accepted", "rejected", "errors")
+
+
+@dataclass
+class EngineTotals:
+    results: int = 0
+    cancelled: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_passes: int = 0
+    generated_tokens: int = 0
+    prompt_tokens_reused: int = 0
+    prompt_tokens_new: int = 0
+
+    def add(self, result) -> None:
+        stats = result.stats
+        self.results += 1
+        self.cancelled += result.finish_reason == "cancelled"
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+        self.target_passes += stats.target_passes
+        self.generated_tokens += len(result.token_ids)
+        self.prompt_tokens_reused += stats.reused_prompt_tokens
+        self.prompt_tokens_new += stats.new_prompt_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["acceptance_rate"] = self.accepted / self.drafted if self.drafted else 0.0
+        out["mean_tokens_per_pass"] = (self.generated_tokens / self.target_passes) if self.target_passes else 0.0
+        return out
+
+
+@dataclass
+class Telemetry:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
+    accepted_chars: int = 0
+    shown_chars: int = 0
+    engine: EngineTotals = field(default_factory=EngineTotals)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def latency(self, seconds: float) -> None:
+        self.latencies_ms.append(seconds * 1000.0)
+
+    def on_shown(self, event: dict) -> None:
+        self.count("shown")
+        self.shown_chars += _int(event.get("length"))
+        logger.info("completion shown: %s", event)
+
+    def on_accepted(self, event: dict) -> None:
+        self.count("accepted")
+        self.accepted_chars += _int(event.get("acceptedLength", event.get("length")))
+        logger.info("completion accepted: %s", event)
+
+    def on_rejected(self, event: dict) -> None:
+        self.count("rejected")
+        logger.info("completion rejected: %s", event)
+
+    def snapshot(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_ms)
+        out: dict[str, Any] = dict(self.counts)
+        out["latency_ms"] = {
+            "count": len(lat),
+            "mean": statistics.fmean(lat) if lat else 0.0,
+            "p50": percentile(lat, 50),
+            "p90": percentile(lat, 90),
+        }
+        out["accepted_chars"] = self.accepted_chars
+        out["shown_chars"] = self.shown_chars
+        out["engine"] = self.engine.as_dict()
+        return out
+
+
+def percentile(sorted_values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of already sorted values (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, -(-len(sorted_values) * pct // 100))  # ceil
+    return float(sorted_values[int(rank) - 1])
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def event_params(params: Any) -> dict:
+    """Custom notification params arrive as pygls namedtuples (or dicts); anything else counts as no fields."""
+    if isinstance(params, dict):
+        return params
+    if hasattr(params, "_asdict"):
+        return dict(params._asdict())
+    return {}

@@ -1,0 +1,74 @@
+"""Type-through cache: while the user types the characters of the suggestion on screen, answer with the rest of
+it at once, without a model call.
+
+Entries are keyed by document and a hash of its text before the cursor (plus the rest of the cursor's line, since
+a completion is only valid for the same text after the cursor). Each document also remembers its last suggestion, so
+a prefix that extends the suggestion's prefix by a start of the suggestion is answered with the remainder.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+def text_hash(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    prefix_len: int
+    prefix_hash: bytes
+    line_suffix: str
+    text: str
+
+
+class TypeThroughCache:
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, bytes, str], str] = OrderedDict()
+        self._last: dict[str, Suggestion] = {}
+
+    def remember(self, uri: str, prefix: str, line_suffix: str, text: str) -> None:
+        """Store the suggestion `text` shown for the cursor after `prefix` (empty text is not stored)."""
+        if not text:
+            return
+        digest = text_hash(prefix)
+        self._put((uri, digest, line_suffix), text)
+        self._last[uri] = Suggestion(len(prefix), digest, line_suffix, text)
+
+    def lookup(self, uri: str, prefix: str, line_suffix: str) -> str | None:
+        """The rest of a cached suggestion for this cursor, or None."""
+        digest = text_hash(prefix)
+        key = (uri, digest, line_suffix)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        last = self._last.get(uri)
+        if last is None or last.line_suffix != line_suffix or len(prefix) <= last.prefix_len:
+            return None
+        typed = prefix[last.prefix_len:]
+        if len(typed) >= len(last.text) or not last.text.startswith(typed):
+            return None
+        if text_hash(prefix[:last.prefix_len]) != last.prefix_hash:
+            return None
+        rest = last.text[len(typed):]
+        self._put(key, rest)  # so the same cursor is answered again without re-walking
+        return rest
+
+    def forget(self, uri: str) -> None:
+        self._last.pop(uri, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._last.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _put(self, key: tuple[str, bytes, str], text: str) -> None:
+        self._entries[key] = text
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)

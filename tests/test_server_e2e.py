@@ -1,0 +1,244 @@
+"""End-to-end: the real `codecue-lsp` subprocess on the tiny pair, driven by pytest-lsp.
+
+The tiny pair's completions are random bytes, so these tests assert protocol behaviour: ranges, versions,
+cancellation, counters. CODECUE_TEST_STEP_DELAY_MS slows each engine step so that a request is still in flight when
+the test cancels or supersedes it.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types as lsp
+
+from lsp_helpers import (change_doc, complete, completion_params, items_of, open_doc, raw_request, running_server,
+                         send_raw, stats, wait_until_loaded)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+STEP_DELAY_MS = 25
+DOC = (
+    "import os\n"
+    "\n"
+    "\n"
+    "def add(a, b):\n"
+    "    return a + b\n"
+    "\n"
+    "\n"
+    "def main():\n"
+    "    s = \"😀\"\n"
+    "    total = add(1, 2)\n"
+    "    print(s, )\n"
+    "    name = os.path.join(\"a\", \n"
+    "    return total\n"
+)
+LINES = DOC.split("\n")
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+# Cursors to try (line, UTF-16 character): inside `print(s, )`, after `join("a", `, after `add`, after `return a`.
+CURSORS = [(10, utf16_len("    print(s, ")), (11, utf16_len(LINES[11])), (9, utf16_len("    total = add")),
+           (4, utf16_len("    return a"))]
+BLOCK_DOC = "def compute(values):\n    "  # a block to fill: long random output before any stop
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tiny_pair_env):
+    # One torch thread: the tiny model's steps are ~10x faster than with threads fighting over 2 busy cores.
+    env = dict(tiny_pair_env, CODECUE_TEST_STEP_DELAY_MS=str(STEP_DELAY_MS), OMP_NUM_THREADS="1")
+    async with running_server(env, "--pair", "tiny", "--max-tokens", "24", "--debounce-ms", "0",
+                              "--drafter", "hybrid") as c:
+        loaded = await wait_until_loaded(c)
+        assert loaded["ready"], loaded
+        yield c
+
+
+async def delta(client, before: dict, name: str) -> int:
+    return (await stats(client))[name] - before[name]
+
+
+def check_item_range(item, line: int, character: int) -> None:
+    rng = item.range
+    assert rng is not None
+    assert (rng.start.line, rng.start.character) == (line, character)
+    assert rng.end.line == line
+    line_text = LINES[line] if line < len(LINES) else ""
+    line_units = utf16_len(line_text)
+    # Either an insertion at the cursor or a replacement of the rest of the line.
+    assert rng.end.character in (character, line_units)
+    assert item.insert_text
+
+
+async def test_initialize_advertises_inline_completion_and_reports_progress(client):
+    result = await stats(client)
+    assert result["pair"] == "tiny" and result["ready"] and result["load_error"] is None
+    kinds = [type(v).__name__ for values in client.progress_reports.values() for v in values]
+    assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd", kinds
+
+
+async def test_completion_items_have_ranges_on_the_cursor_line(client):
+    uri = "file:///work/e2e/ranges.py"
+    open_doc(client, uri, DOC)
+    before = await stats(client)
+    seen = 0
+    for line, character in CURSORS:
+        for item in items_of(await complete(client, uri, line, character)):
+            check_item_range(item, line, character)
+            seen += 1
+    after = await stats(client)
+    assert after["requests"] - before["requests"] == len(CURSORS)
+    assert after["completed"] + after["typethrough_hits"] - before["completed"] - before["typethrough_hits"] \
+        == len(CURSORS)
+    assert seen >= 1, "the tiny model gave no non-empty completion at any cursor"
+
+
+async def test_incremental_edits_are_applied(client):
+    uri = "file:///work/e2e/edits.py"
+    open_doc(client, uri, "x = 1\n")
+    before = await stats(client)
+    assert items_of(await complete(client, uri, 3, 0)) == []  # no line 3 yet
+    assert await delta(client, before, "empty") == 1
+    change_doc(client, uri, 2, "def f():\n    y = 2\n    return ", start=(1, 0))
+    change_doc(client, uri, 3, "z", start=(0, 0), end=(0, 1))  # x -> z
+    before = await stats(client)
+    result = await complete(client, uri, 3, 11)  # end of "    return "
+    assert isinstance(items_of(result), list)
+    assert await delta(client, before, "completed") == 1
+    for item in items_of(result):
+        assert (item.range.start.line, item.range.start.character) == (3, 11)
+    assert items_of(await complete(client, uri, 3, 12)) == []  # one past the end of the edited line
+    change_doc(client, uri, 4, "a = 1\n")  # full sync replaces everything
+    before = await stats(client)
+    assert items_of(await complete(client, uri, 3, 0)) == []
+    assert await delta(client, before, "empty") == 1
+
+
+async def test_type_through_answers_from_the_last_suggestion(client):
+    uri = "file:///work/e2e/typethrough.py"
+    open_doc(client, uri, DOC)
+    for version, (line, character) in enumerate(CURSORS, start=2):
+        items = items_of(await complete(client, uri, line, character))
+        if items and len(items[0].insert_text) >= 2 and "\n" not in items[0].insert_text[:1]:
+            break
+    else:
+        pytest.skip("the tiny model gave no completion of 2+ characters")
+    text = items[0].insert_text
+    before = await stats(client)
+    change_doc(client, uri, version, text[0], start=(line, character))
+    again = items_of(await complete(client, uri, line, character + len(text[0].encode("utf-16-le")) // 2))
+    assert await delta(client, before, "typethrough_hits") == 1, (text, again)
+    assert again and again[0].insert_text == text[1:]
+
+
+async def test_cancel_request_stops_generation_and_server_keeps_serving(client):
+    uri = "file:///work/e2e/cancel.py"
+    open_doc(client, uri, BLOCK_DOC)
+    client.set_configuration({"maxTokens": 400}, section="codecue")
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)  # let the server pull the new configuration
+    before = await stats(client)
+    msg_id = "cancel-me-1"
+    future = client.protocol.send_request(lsp.TEXT_DOCUMENT_INLINE_COMPLETION,
+                                          completion_params(uri, 1, 4), msg_id=msg_id)
+    await asyncio.sleep(0.3)  # generating: 400 steps of >= 25 ms would take 10 s
+    client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=msg_id))
+    try:
+        result = await asyncio.wait_for(asyncio.wrap_future(future), 30)
+        assert items_of(result) == []  # an empty list is also a valid answer to a cancelled request
+    except asyncio.TimeoutError:
+        raise
+    except Exception as exc:  # the usual answer: -32800 RequestCancelled
+        assert "cancel" in str(exc).lower(), exc
+    assert await delta(client, before, "cancelled") == 1
+    # The engine itself stopped: it reports a cancelled result well before 400 slow steps could run.
+    for _ in range(50):
+        if (await stats(client))["engine"]["cancelled"] > before["engine"]["cancelled"]:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the engine did not report the cancellation within 5 s")
+    client.set_configuration({"maxTokens": 24}, section="codecue")
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    assert isinstance(items_of(await complete(client, uri, 1, 4)), list)
+
+
+async def test_newer_request_and_edit_supersede_the_older_request(client):
+    uri = "file:///work/e2e/supersede.py"
+    open_doc(client, uri, BLOCK_DOC)
+    client.set_configuration({"maxTokens": 400}, section="codecue")
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    before = await stats(client)
+    first = asyncio.ensure_future(complete(client, uri, 1, 4))
+    await asyncio.sleep(0.3)
+    change_doc(client, uri, 2, "r", start=(1, 4))  # the edit supersedes `first`
+    second = asyncio.ensure_future(complete(client, uri, 1, 5))
+    await asyncio.sleep(0.3)
+    client.set_configuration({"maxTokens": 24}, section="codecue")
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    third = await complete(client, uri, 1, 5)  # supersedes `second`
+    assert items_of(await asyncio.wait_for(first, 30)) == []
+    assert items_of(await asyncio.wait_for(second, 30)) == []
+    assert isinstance(items_of(third), list)
+    after = await stats(client)
+    assert after["superseded"] - before["superseded"] == 2
+    assert after["completed"] + after["typethrough_hits"] - before["completed"] - before["typethrough_hits"] == 1
+
+
+async def test_telemetry_notifications_are_counted(client):
+    before = await stats(client)
+    client.protocol.notify("codecue/didShowCompletion", {"uri": "file:///x.py", "length": 12})
+    client.protocol.notify("codecue/didAcceptCompletion", {"uri": "file:///x.py", "length": 12, "acceptedLength": 5})
+    client.protocol.notify("codecue/didRejectCompletion", {"uri": "file:///x.py", "length": 7})
+    client.protocol.notify("codecue/didAcceptCompletion", "not an object")
+    after = await stats(client)
+    assert (after["shown"] - before["shown"], after["accepted"] - before["accepted"],
+            after["rejected"] - before["rejected"]) == (1, 2, 1)
+    assert after["accepted_chars"] - before["accepted_chars"] == 5
+    for key in ("requests", "completed", "cancelled", "superseded", "typethrough_hits", "errors"):
+        assert isinstance(after[key], int)
+    assert set(after["latency_ms"]) == {"count", "mean", "p50", "p90"}
+    assert {"drafted", "accepted", "acceptance_rate", "target_passes", "prompt_tokens_reused",
+            "prompt_tokens_new"} <= set(after["engine"])
+
+
+async def test_malformed_inputs_get_an_error_or_an_empty_list(client):
+    uri = "file:///work/e2e/malformed.py"
+    open_doc(client, uri, "x = 1\n")
+    assert items_of(await complete(client, "file:///never/opened.py", 0, 0)) == []
+    assert items_of(await complete(client, "::not a uri::", 0, 0)) == []
+    assert items_of(await complete(client, uri, 50, 0)) == []
+    assert items_of(await complete(client, uri, 0, 500)) == []
+    result, error = await raw_request(client, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": {"line": -1, "character": 0}, "context": {"triggerKind": 1}})
+    assert error is not None or list(getattr(result, "items", [None])) == [], (result, error)
+    result, error = await raw_request(client, "textDocument/inlineCompletion", {"position": "nowhere"})
+    assert error is not None
+    # Bytes that are not UTF-8: the message is dropped and the document never opens.
+    bad_uri = "file:///work/e2e/latin1.py"
+    send_raw(client, b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": '
+                     b'{"uri": "' + bad_uri.encode() + b'", "languageId": "python", "version": 1, '
+                     b'"text": "caf\xe9 = 1\\n"}}}')
+    assert items_of(await complete(client, bad_uri, 0, 4)) == []
+    # A lone surrogate escape is valid JSON but not valid Unicode text.
+    odd_uri = "file:///work/e2e/surrogate.py"
+    send_raw(client, b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": '
+                     b'{"uri": "' + odd_uri.encode() + b'", "languageId": "python", "version": 1, '
+                     b'"text": "s = \\"\\ud800\\"\\nx = "}}}')
+    result = await complete(client, odd_uri, 1, 4)
+    assert isinstance(items_of(result), list)
+    big_uri = "file:///work/e2e/big.py"
+    open_doc(client, big_uri, "x = 1  # padding padding padding padding\n" * 125_000)  # 5 MB
+    assert items_of(await complete(client, big_uri, 1000, 5)) == []
+    change_doc(client, "file:///work/e2e/not-open.py", 2, "x", start=(0, 0))
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(
+        text_document=lsp.TextDocumentIdentifier(uri=big_uri)))
+    # Still serving.
+    assert (await stats(client))["ready"]
+    assert isinstance(items_of(await complete(client, uri, 1, 0)), list)
