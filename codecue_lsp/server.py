@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -374,7 +375,25 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         if ls.completer is not None:
             ls.completer.engine.close()
 
+    @server.feature(lsp.EXIT)
+    def on_exit(ls: CodeCueServer, params) -> None:
+        # pygls ends the event loop, then joins its worker threads; the stdin reader can block there until the
+        # client closes the pipe, and a client that waits for us to exit first would wait forever. A daemon timer
+        # ends the process if the orderly way has not within a few seconds.
+        code = 0 if ls.protocol._shutdown else 1
+        timer = threading.Timer(EXIT_GRACE_SECONDS, hard_exit, args=(code,))
+        timer.daemon = True
+        timer.start()
+
     return server
+
+
+EXIT_GRACE_SECONDS = 3.0
+
+
+def hard_exit(code: int) -> None:
+    logging.shutdown()
+    os._exit(code)
 
 
 def run(cli_settings: dict, tcp_port: int | None = None) -> None:
@@ -387,3 +406,6 @@ def run(cli_settings: dict, tcp_port: int | None = None) -> None:
         server.start_tcp("127.0.0.1", tcp_port)  # loopback only: completions expose the user's code
     else:
         server.start_io()
+    # The loop has ended (exit notification, or the client went away). Leave now: interpreter shutdown would join
+    # the engine's and pygls's worker threads, and one of those may sit in a blocking read of stdin.
+    hard_exit(0 if server.protocol._shutdown else 1)
