@@ -20,8 +20,15 @@ $(STAMP): pyproject.toml
 models: $(STAMP)
 	$(BIN)/codecue-models fetch --pair default
 
+# Part 1: real snippets through the engine, target alone vs speculative. Part 2: a real typing trace (282
+# keystrokes of HumanEval solutions) replayed at its real timing against the real language server, twice.
 demo: models
 	$(BIN)/python -m engine.demo
+	mkdir -p out
+	$(BIN)/codecue-replay run tests/data/replay_humaneval_demo.jsonl \
+		--compare "target-alone=--drafter none" --compare "speculative=--drafter hybrid" \
+		--json out/demo-replay.json --html out/demo-replay.html
+	@echo "report: out/demo-replay.html"
 
 test: test-python test-editors
 
@@ -29,7 +36,7 @@ test-python: models
 	$(BIN)/pytest -q -rs -m "not editor"
 
 test-editors: $(STAMP)
-	VENV=$(VENV) bash editor-clients/test.sh
+	VENV=$(CURDIR)/$(VENV) bash editor-clients/test.sh
 
 bench: models
 	$(BIN)/codecue-bench engine --pair default --json docs/bench-engine.json

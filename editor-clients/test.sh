@@ -13,6 +13,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
+VENV="$(cd "$VENV" 2>/dev/null && pwd || echo "$VENV")"  # absolute: the node tests run from other folders
 PY="$VENV/bin/python"
 VSCODE_DIR="$ROOT/editor-clients/vscode"
 CACHE="${CODECUE_EDITOR_CACHE:-$HOME/.cache/codecue-editor-tests}"
