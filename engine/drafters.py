@@ -106,7 +106,9 @@ class ModelDrafter:
 
 
 class HybridDrafter:
-    """Use the free lookup draft when the recent tokens repeat earlier text, the draft model otherwise."""
+    """Use the free lookup draft when the recent tokens repeat earlier text, the draft model otherwise.
+    The lookup here should demand a longer match (3+ tokens) than on its own: a pass spent on a weak 2-token
+    match yields one token, where the draft model's proposal would have yielded several."""
     name = "hybrid"
 
     def __init__(self, lookup: LookupDrafter, model: ModelDrafter):

@@ -119,4 +119,4 @@ class Engine:
         min_confidence = 0.3 if request.adaptive_k else 0.0
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
                              min_confidence)
-        return model if name == "draft" else HybridDrafter(LookupDrafter(), model)
+        return model if name == "draft" else HybridDrafter(LookupDrafter(min_ngram=3), model)
