@@ -53,8 +53,8 @@ def bench_engine(args) -> dict:
         prompts = prompts[: args.limit]
     modes = args.modes.split(",") if args.modes else MODES
     stop_ids = sorted(engine.stop_token_ids)
-    totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": True}
-              for m in modes}
+    totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": True,
+                  "prefill": 0.0, "draft": 0.0} for m in modes}
     rows = []
     warm = engine.encode(engine.fim.format("def add(a, b):\n", "\n"))
     for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out of timing
@@ -76,9 +76,13 @@ def bench_engine(args) -> dict:
                 t["passes"] += stats.target_passes
                 t["accepted"] += stats.accepted
                 t["drafted"] += stats.drafted
+                t["prefill"] += stats.seconds_prefill
+                t["draft"] += stats.seconds_draft
             same = reference is None or tokens == reference
             t["identical"] &= same
             row[mode] = {"seconds": round(seconds, 3), "tokens": len(tokens), "identical": same}
+            if not same:
+                row[mode]["divergence"] = divergence(pair, ids, reference, tokens)
         rows.append(row)
         print(f"[{n + 1}/{len(prompts)}] {prompt.name:32s} " + "  ".join(
             f"{m} {row[m]['seconds']:.2f}s" for m in modes), file=sys.stderr, flush=True)
@@ -93,6 +97,10 @@ def bench_engine(args) -> dict:
             "tokens_per_s": t["new_tokens"] / t["seconds"] if t["seconds"] else 0.0,
             "seconds": t["seconds"], "new_tokens": t["new_tokens"],
             "mean_accepted": (t["accepted"] + t["passes"]) / t["passes"] if t["passes"] else None,
+            # Without the target's prompt prefill (the same work in every mode): the decoding itself.
+            "decode_tokens_per_s": (t["new_tokens"] / (t["seconds"] - t["prefill"])
+                                    if mode != "hf_assisted" and t["seconds"] > t["prefill"] else None),
+            "seconds_prefill": t["prefill"], "seconds_drafting": t["draft"],
             "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
             "identical_to_target": t["identical"]}
     # Same tokens in every mode (checked above), so a ratio of rates is a ratio of times.
@@ -103,6 +111,18 @@ def bench_engine(args) -> dict:
     report["pass_costs"] = pass_costs(pair, ids, args.k)
     engine.close()
     return report
+
+
+def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[int]) -> dict:
+    """Where a mode's output first differs from target-alone, and how close the target's top two choices were
+    there (one-token pass): a near-tie flipped by bf16 rounding in a wider pass, or a real disagreement."""
+    import torch
+
+    at = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), min(len(reference), len(tokens)))
+    with torch.inference_mode():
+        logits = pair.target(input_ids=torch.tensor([prompt_ids + reference[:at]], device=pair.device)).logits[0, -1]
+    top = torch.topk(logits.float(), 2)
+    return {"position": at, "target_top2_logit_gap": round(float(top.values[0] - top.values[1]), 4)}
 
 
 def run_mode(engine, pair, mode, ids, max_new_tokens, k, stop_ids):
@@ -143,13 +163,20 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
 def print_table(report: dict) -> None:
     print(f"\n{report['prompts']} prompts, {report['device']} {report['dtype']}, max {report['max_new_tokens']} "
           f"new tokens, K<={report['k']}")
-    print(f"{'mode':14s} {'tok/s':>7s} {'x target':>9s} {'x hf_assisted':>14s} {'mean acc':>9s} {'identical':>10s}")
+    print(f"{'mode':14s} {'tok/s':>7s} {'x target':>9s} {'x hf_assisted':>14s} {'decode tok/s':>13s} "
+          f"{'mean acc':>9s} {'identical':>10s}")
+    nan = float("nan")
     for mode, m in report["modes"].items():
         vs_t = report.get("speedup_vs_target", {}).get(mode)
         vs_h = report.get("speedup_vs_hf_assisted", {}).get(mode)
-        acc = m["mean_accepted"]
+        acc, dec = m["mean_accepted"], m.get("decode_tokens_per_s")
         print(f"{mode:14s} {m['tokens_per_s']:7.2f} {vs_t or 0:9.2f} {vs_h or 0:14.2f} "
-              f"{acc if acc is not None else float('nan'):9.2f} {str(m['identical_to_target']):>10s}")
+              f"{dec if dec is not None else nan:13.2f} {acc if acc is not None else nan:9.2f} "
+              f"{str(m['identical_to_target']):>10s}")
+    for row in report.get("per_prompt", []):
+        for mode in report["modes"]:
+            if "divergence" in row.get(mode, {}):
+                print(f"  {mode} differs from target on {row['name']}: {row[mode]['divergence']}")
     costs = report.get("pass_costs", {})
     if costs:
         print("pass costs (ms): " + ", ".join(f"{k} {v:.1f}" if k != "draft_cost_ratio" else f"c = {v:.2f}"
