@@ -2,7 +2,8 @@
 
     codecue-bench engine --pair default [--prompts FILE] [--max-new-tokens 64] [--limit N] --json OUT
     codecue-bench passes --pair default          # per-pass costs: target for 1..K+1 tokens, draft, ratio c
-    codecue-bench server ...                     # LSP keystroke latency (codecue_lsp.bench_server)
+    codecue-bench server FILE ...                # LSP keystroke latency (codecue_lsp.bench_server)
+    codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
 
 Every mode runs on every prompt before the next prompt starts (interleaved), each on a fresh session so no mode
 profits from another's cache. Times include prefill: that is what a user waits for.
@@ -203,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     passes.add_argument("--device")
     passes.add_argument("--dtype")
     sub.add_parser("server", help="LSP latency per keystroke (see codecue_lsp.bench_server)", add_help=False)
+    sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_lsp.bench_prompt)",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
 
     from .models import ModelsError
@@ -210,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "server":
             from codecue_lsp.bench_server import main as server_main
             return server_main(rest)
+        if args.command == "prompt":
+            from codecue_lsp.bench_prompt import main as prompt_main
+            return prompt_main(rest)
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.command == "passes":

@@ -31,3 +31,17 @@ def test_bench_reports_missing_models_with_the_fix(tmp_path, monkeypatch, capsys
     monkeypatch.setenv("CODECUE_HOME", str(tmp_path / "empty"))
     assert main(["engine", "--pair", "default", "--limit", "1"]) == 1
     assert "codecue-models fetch" in capsys.readouterr().err
+
+
+def test_prompt_bench_measures_every_suffix_budget_on_the_same_holes(monkeypatch, tiny_pair_env):
+    from codecue_lsp.bench_prompt import holes, run
+
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    name, text, line, character, truth = holes(1)[0]
+    assert text.split("\n")[line] == " " * character and truth and truth not in text.split("\n")[line]
+    report = run("tiny", [0, 64], count=2, max_new_tokens=4)
+    assert report["holes"] == 2 and set(report["budgets"]) == {"0", "64"}
+    # More suffix budget means a longer prompt on the same holes.
+    assert report["budgets"]["64"]["mean_prompt_tokens"] > report["budgets"]["0"]["mean_prompt_tokens"]
+    assert all(0.0 <= b["line_exact_match"] <= 1.0 for b in report["budgets"].values())
