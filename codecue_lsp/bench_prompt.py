@@ -15,17 +15,10 @@ import time
 
 def holes(count: int) -> list[tuple[str, str, int, int, str]]:
     """(name, document text with the line removed, line, character, removed line's code)."""
-    from engine.bench_prompts import load_humaneval
+    from engine.bench_prompts import middle_line_holes
 
     out = []
-    for i, problem in enumerate(load_humaneval()):
-        if len(out) >= count:
-            break
-        solution = problem["canonical_solution"].splitlines(keepends=True)
-        code = [j for j, line in enumerate(solution) if line.strip()]
-        if len(code) < 2:
-            continue
-        j = code[len(code) // 2]
+    for i, problem, solution, j in middle_line_holes(count):
         indent = solution[j][: len(solution[j]) - len(solution[j].lstrip())]
         before = problem["prompt"] + "".join(solution[:j]) + indent
         after = "\n" + "".join(solution[j + 1:]) + "\n\n" + problem["test"]

@@ -29,16 +29,23 @@ def load_humaneval() -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def humaneval_holes(count: int = 20, suffix_chars: int = 400) -> list[BenchPrompt]:
-    prompts = []
+def middle_line_holes(count: int):
+    """(problem index, problem, solution lines, index of the solution's middle code line) for the first `count`
+    problems whose solution has at least two code lines: where every benchmark cuts its hole."""
+    found = 0
     for i, problem in enumerate(load_humaneval()):
-        if len(prompts) >= count:
-            break
+        if found >= count:
+            return
         lines = problem["canonical_solution"].splitlines(keepends=True)
         code_lines = [j for j, line in enumerate(lines) if line.strip()]
-        if len(code_lines) < 2:
-            continue
-        start = code_lines[len(code_lines) // 2]
+        if len(code_lines) >= 2:
+            found += 1
+            yield i, problem, lines, code_lines[len(code_lines) // 2]
+
+
+def humaneval_holes(count: int = 20, suffix_chars: int = 400) -> list[BenchPrompt]:
+    prompts = []
+    for i, problem, lines, start in middle_line_holes(count):
         kind = "line" if len(prompts) % 2 == 0 else "block"
         end = start + 1 if kind == "line" else len(lines)
         prefix = problem["prompt"] + "".join(lines[:start])
