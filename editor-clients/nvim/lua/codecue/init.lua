@@ -47,12 +47,17 @@ function M.setup(opts)
   })
   vim.lsp.enable("codecue")
 
+  -- The LSP client behind an LspAttach/LspDetach/LspProgress event, when it is CodeCue's.
+  local function codecue_client(ev)
+    local client = vim.lsp.get_client_by_id(ev.data.client_id)
+    return client and client.name == "codecue" and client or nil
+  end
   local group = vim.api.nvim_create_augroup("codecue", { clear = true })
   vim.api.nvim_create_autocmd("LspAttach", {
     group = group,
     callback = function(ev)
-      local client = vim.lsp.get_client_by_id(ev.data.client_id)
-      if client and client.name == "codecue" then
+      local client = codecue_client(ev)
+      if client then
         frontend().attach(ev.buf, client, cfg)
       end
     end,
@@ -60,8 +65,7 @@ function M.setup(opts)
   vim.api.nvim_create_autocmd("LspDetach", {
     group = group,
     callback = function(ev)
-      local client = vim.lsp.get_client_by_id(ev.data.client_id)
-      if client and client.name == "codecue" then
+      if codecue_client(ev) then
         frontend().detach(ev.buf)
       end
     end,
@@ -69,8 +73,8 @@ function M.setup(opts)
   vim.api.nvim_create_autocmd("LspProgress", {
     group = group,
     callback = function(ev)
-      local client = vim.lsp.get_client_by_id(ev.data.client_id)
-      if client and client.name == "codecue" then
+      local client = codecue_client(ev)
+      if client then
         local value = ev.data.params.value
         M.progress[client.id] = value
         vim.cmd.redrawstatus()
