@@ -1,3 +1,5 @@
+import pytest
+
 from codecue_lsp.typethrough import TypeThroughCache
 
 U = "file:///a.py"
@@ -11,22 +13,15 @@ def test_typing_the_suggestion_returns_the_rest():
     assert c.lookup(U, "x = foo(ba", "") == "r)"
 
 
-def test_mismatched_typing_misses():
+@pytest.mark.parametrize("prefix, suggestion, typed", [
+    ("x = fo", "o(bar)", "x = fox"),                   # typed something else than the suggestion
+    ("x = ", "1", "x = 1"),                            # all of it typed: nothing left to show
+    ("a = 1\nx = fo", "o()", "a = 2\nx = foo"),        # an edit before the cursor
+])
+def test_typing_off_the_suggestion_misses(prefix, suggestion, typed):
     c = TypeThroughCache()
-    c.remember(U, "x = fo", "", "o(bar)")
-    assert c.lookup(U, "x = fox", "") is None
-
-
-def test_fully_typed_suggestion_misses():
-    c = TypeThroughCache()
-    c.remember(U, "x = ", "", "1")
-    assert c.lookup(U, "x = 1", "") is None
-
-
-def test_edit_before_the_cursor_misses():
-    c = TypeThroughCache()
-    c.remember(U, "a = 1\nx = fo", "", "o()")
-    assert c.lookup(U, "a = 2\nx = foo", "") is None
+    c.remember(U, prefix, "", suggestion)
+    assert c.lookup(U, typed, "") is None
 
 
 def test_different_rest_of_line_misses():
