@@ -21,7 +21,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=2087, help="TCP port for --tcp (default 2087)")
     parser.add_argument("--pair", help="model pair from models.toml (default: default)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="weights dtype")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+                        help="activation dtype (default: auto, measured on this machine)")
     parser.add_argument("--max-tokens", type=int, help="most tokens per completion (default 64)")
     parser.add_argument("--debounce-ms", type=int, help="wait this long for more typing (default 30)")
     parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default hybrid)")
@@ -60,7 +61,13 @@ def check(settings) -> int:
               f"Run `codecue-models fetch` (or `codecue-models verify`).", file=sys.stderr)
         return 2
     pair = completer.engine.pair
-    print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, dtype {pair.dtype})")
+    print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, target {pair.target_weights} "
+          f"weights / {str(pair.dtype).replace('torch.', '')} activations, draft "
+          f"{pair.draft_weights or 'not loaded'})")
+    if pair.calibration is not None:
+        from engine.calibrate import format_table
+
+        print(format_table(pair.calibration, pair.choice))
     doc = OpenDocument(uri="file:///codecue-check.py", language_id="python", text=CHECK_DOCUMENT)
     lines = CHECK_DOCUMENT.split("\n")
     for label in ("cold", "warm"):

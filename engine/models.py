@@ -60,8 +60,11 @@ class PairSpec:
     target: ModelSpec
     draft: ModelSpec | None
     description: str = ""
-    target_weights: str = "bf16"  # weight format (engine/quant.py); lossless is relative to the target's format
-    draft_weights: str = "bf16"
+    # Weight formats (engine/quant.py) and the activation dtype; "auto" = chosen from this machine's calibration
+    # (engine/calibrate.py). Lossless is relative to the target's format.
+    target_weights: str = "auto"
+    draft_weights: str = "auto"
+    activations: str = "auto"
 
 
 @dataclass
@@ -117,8 +120,9 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             target=config.models[p["target"]],
             draft=config.models[draft] if draft else None,
             description=p.get("description", ""),
-            target_weights=p.get("target_weights", "bf16"),
-            draft_weights=p.get("draft_weights", "bf16"),
+            target_weights=p.get("target_weights", "auto"),
+            draft_weights=p.get("draft_weights", "auto"),
+            activations=p.get("activations", "auto"),
         )
     return config
 
@@ -131,23 +135,10 @@ def is_ready(name: str, home: Path | None = None) -> bool:
     return (model_dir(name, home) / READY_MARKER).is_file()
 
 
-def pick_device_and_dtype(device: str | None = None, dtype: str | None = None):
-    """CUDA + bf16 when available, else CPU + bf16 when the CPU has native bf16, else CPU + fp32."""
+def pick_device(device: str | None = None):
     import torch
 
-    device = device or os.environ.get("CODECUE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or os.environ.get("CODECUE_DTYPE")
-    if dtype is None:
-        dtype = "bfloat16" if device.startswith("cuda") or cpu_has_native_bf16() else "float32"
-    return torch.device(device), getattr(torch, dtype)
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return torch.device(device or os.environ.get("CODECUE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 @dataclass
@@ -157,19 +148,35 @@ class LoadedPair:
     draft: object | None
     tokenizer: object  # a transformers tokenizer
     device: object
-    dtype: object
+    dtype: object  # the target's activation dtype
+    target_weights: str = "dense"
+    draft_weights: str | None = None
+    draft_dtype: object = None
+    costs: object | None = None  # engine.policy.PassCosts from the calibration, when there is one
+    calibration: object | None = None  # engine.calibrate.Calibration
+    choice: object | None = None  # engine.calibrate.Choice
 
 
-def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_format: str = "bf16"):
+def gguf_file(spec: ModelSpec, home: Path | None = None) -> Path | None:
+    path = (home or codecue_home()) / "gguf" / spec.gguf_file if spec.gguf_file else None
+    return path if path is not None and path.is_file() else None
+
+
+def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_format: str = "dense"):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .quant import apply_weight_format
+    from .quant import GGUF_FORMATS, apply_weight_format, canonical_format
 
     path = model_dir(spec.name, home)
     if not is_ready(spec.name, home):
         raise ModelsError(
             f"model {spec.name} is not downloaded (looked in {path}). Run `codecue-models fetch` first.")
+    weight_format = canonical_format(weight_format)
+    gguf = gguf_file(spec, home) if weight_format in GGUF_FORMATS else None
+    if weight_format in GGUF_FORMATS and spec.gguf_file and gguf is None:
+        raise ModelsError(f"weight format {weight_format} reads {spec.gguf_file}, which is missing from "
+                          f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
     try:
         # Eager attention: faster than sdpa for the short passes of decoding on CPU (shared/facts.md).
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
@@ -182,24 +189,87 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
         for p in model.parameters():
             # Weights loaded from a memory-mapped file can sit misaligned; a copy is 7-10 % faster to read.
             p.data = p.data.clone()
-        apply_weight_format(model, weight_format, device)
+        try:
+            apply_weight_format(model, weight_format, device, gguf)
+        except ValueError as exc:
+            raise ModelsError(f"{spec.name}: {exc}. Run `codecue-models verify`.") from exc
     return model
 
 
+def model_config(spec: ModelSpec, home: Path | None = None):
+    from transformers import AutoConfig
+
+    if not is_ready(spec.name, home):
+        raise ModelsError(f"model {spec.name} is not downloaded (looked in {model_dir(spec.name, home)}). "
+                          f"Run `codecue-models fetch` first.")
+    return AutoConfig.from_pretrained(model_dir(spec.name, home))
+
+
+def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: str | None, draft_weights: str | None,
+                    dtype: str | None, progress: bool = False):
+    """Formats and dtypes to load, from explicit settings or this machine's calibration: returns
+    (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here)."""
+    from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, Choice, calibration_for, choose
+    from .quant import canonical_format
+
+    target_weights = canonical_format(target_weights or os.environ.get("CODECUE_TARGET_WEIGHTS")
+                                      or spec.target_weights)
+    draft_weights = canonical_format(draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights)
+    dtype = dtype or os.environ.get("CODECUE_DTYPE") or spec.activations
+    if device.type == "cuda":
+        act = "bfloat16" if dtype == "auto" else dtype
+        return Choice("dense", act, "dense" if spec.draft else None, act if spec.draft else None, spec.draft is not None), None
+    if "auto" not in (target_weights, draft_weights, dtype):
+        return Choice(target_weights, dtype, draft_weights if spec.draft else None, dtype if spec.draft else None,
+                      spec.draft is not None), None
+    draft_config = model_config(spec.draft, home) if spec.draft else None
+    cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
+                          progress=progress)
+    choice = choose(cal, TARGET_FORMATS if target_weights == "auto" else (target_weights,),
+                    DRAFT_FORMATS if draft_weights == "auto" else (draft_weights,),
+                    ACTIVATIONS if dtype == "auto" else (dtype,))
+    if draft_weights != "auto" and spec.draft:
+        choice.draft_model = True  # asked for by name: load it even where it does not pay
+    return choice, cal
+
+
 def load_pair(name: str = "default", *, device: str | None = None, dtype: str | None = None,
-              with_draft: bool = True, config: ModelsConfig | None = None, home: Path | None = None,
-              draft_weights: str | None = None) -> LoadedPair:
-    """draft_weights overrides the pair's draft weight format (also env CODECUE_DRAFT_WEIGHTS)."""
+              with_draft: bool | None = None, config: ModelsConfig | None = None, home: Path | None = None,
+              target_weights: str | None = None, draft_weights: str | None = None,
+              progress: bool = False) -> LoadedPair:
+    """Load a pair in the formats this machine runs fastest (see resolve_formats). Explicit arguments, then the
+    environment (CODECUE_TARGET_WEIGHTS, CODECUE_DRAFT_WEIGHTS, CODECUE_DTYPE), then models.toml decide; "auto" asks
+    the calibration. with_draft: True loads the draft model, False never, None as the calibration says it pays."""
+    import torch
     from transformers import AutoTokenizer
 
     config = config or load_config()
     spec = config.pair(name)
-    dev, dt = pick_device_and_dtype(device, dtype)
-    draft_format = draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights
-    target = load_model(spec.target, dev, dt, home, spec.target_weights)
-    draft = load_model(spec.draft, dev, dt, home, draft_format) if (with_draft and spec.draft) else None
+    dev = pick_device(device)
+    choice, cal = resolve_formats(spec, dev, home, target_weights, draft_weights, dtype, progress)
+    target_dtype = getattr(torch, choice.target_activations)
+    target = load_model(spec.target, dev, target_dtype, home, choice.target_weights)
+    load_draft = spec.draft is not None and (with_draft if with_draft is not None else choice.draft_model)
+    draft_dtype = getattr(torch, choice.draft_activations) if load_draft else None
+    draft = load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights) if load_draft else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target.name, home))
-    return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=dt)
+    costs = pass_costs_from(cal, choice) if cal is not None else None
+    return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
+                      target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
+                      draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice)
+
+
+def pass_costs_from(cal, choice):
+    """The calibrated pass costs of the chosen formats, for the drafting policy (engine/policy.py)."""
+    try:
+        from .policy import PassCosts
+    except ImportError:
+        return None
+    target = cal.get("target", choice.target_weights, choice.target_activations)
+    draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
+    if target is None:
+        return None
+    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None)
 
 
 def write_ready_marker(name: str, info: dict, home: Path | None = None) -> None:

@@ -1,48 +1,142 @@
 """Weight formats, kept apart from the decode loop: a format is swapped in after loading.
 
-int8 weight-only, per output channel, through torch's fused CPU kernel (`aten._weight_int8pack_mm`): half the
-bytes of bf16 to read per token, so about twice as fast for the one-token passes of drafting (shared/facts.md).
-Used for the draft model by default: the draft's format changes only which tokens are proposed, never the output,
-which always comes from the target in its own format.
+A format names how the linear layers' weights are stored; the activation dtype (bf16 or fp32) is chosen apart
+from it (engine/calibrate.py measures both on the machine at hand):
+- "dense": the weights in the activation dtype (bf16 or fp32), plain `F.linear`. "bf16" is an old alias.
+- "int8":  weight-only int8 per output channel from the dense weights (`aten._weight_int8pack_mm`).
+- "gguf":  the GGUF file's own numbers: Q4_K tensors as int4 group 32 (exact), 6-bit and other tensors as int8 per
+           channel (engine/gguf_weights.py). Closest to what llama.cpp computes.
+- "int4":  like "gguf" but every tensor in int4 group 32 (the Q6_K output head too): fastest, a little lossier.
+The quantized CPU kernels have a fast path for bf16 activations only (3-4x slower than fp32 F.linear with fp32
+activations on the AVX2 EPYC, shared/facts.md): that is why the format and the activation dtype are measured together.
+Lossless speculation is defined against the target in its own format: the draft's format only changes what is
+proposed, never what is output.
 """
 from __future__ import annotations
+
+import logging
+from pathlib import Path
 
 import torch
 from torch import nn
 
-WEIGHT_FORMATS = ("bf16", "int8")
+log = logging.getLogger(__name__)
+
+WEIGHT_FORMATS = ("dense", "int8", "gguf", "int4")
+FORMAT_ALIASES = {"bf16": "dense", "fp32": "dense", "float": "dense", "q4_k": "gguf"}
+GGUF_FORMATS = ("gguf", "int4")  # formats read from the GGUF file
+
+
+def canonical_format(name: str) -> str:
+    name = FORMAT_ALIASES.get(name, name)
+    if name not in WEIGHT_FORMATS and name != "auto":
+        raise ValueError(f"unknown weight format {name!r} (known: {', '.join(WEIGHT_FORMATS)}, auto)")
+    return name
 
 
 class Int8Linear(nn.Module):
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear | None = None):
         super().__init__()
-        weight = linear.weight.detach().float()
+        if linear is not None:
+            self._set(linear.weight.detach().float(), linear.bias, linear.weight.dtype)
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> "Int8Linear":
+        layer = cls()
+        layer._set(weight.float(), bias, dtype)
+        return layer
+
+    def _set(self, weight: torch.Tensor, bias, dtype) -> None:
         scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
         self.register_buffer("weight_int8", torch.round(weight / scales[:, None]).clamp(-128, 127).to(torch.int8))
-        self.register_buffer("scales", scales.to(linear.weight.dtype))
-        self.bias = linear.bias
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("scales", scales.to(dtype))
+        self.bias = bias
+        self.out_features, self.in_features = weight.shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         out = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales.to(x.dtype))
         if self.bias is not None:
-            out = out + self.bias
+            out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """Replace every nn.Linear (attention, MLP and the output head) with an Int8Linear, in place."""
+def quantize_groups_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit grid per group of `group` input columns: (q int32 [N, K] in 0..15, scale, zero [N, K/G])
+    with w ≈ (q − 8)·scale + zero, the form torch's int4 kernel takes."""
+    n, k = weight.shape
+    w = weight.float().reshape(n, k // group, group)
+    lo, hi = w.amin(dim=-1), w.amax(dim=-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-8)
+    q = torch.round((w - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
+    return q, scale, lo + 8 * scale
+
+
+class Int4Linear(nn.Module):
+    """Weight-only int4, one (scale, zero) per group of input columns, through `aten._weight_int4pack_mm_for_cpu`."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: int,
+                 bias: torch.Tensor | None, dtype: torch.dtype):
+        super().__init__()
+        self.out_features, self.in_features = q.shape
+        self.group = group
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+        # [K/G, N, 2]: the kernel wants scales and zeros interleaved, in the activation dtype.
+        self.register_buffer("scales_and_zeros",
+                             torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous())
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        sz = self.scales_and_zeros if self.scales_and_zeros.dtype == x.dtype else self.scales_and_zeros.to(x.dtype)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, sz)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def replace_linears(model: nn.Module, make) -> nn.Module:
+    """Replace every nn.Linear (attention, MLP and the output head) with make(linear), in place."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(parent, name, Int8Linear(child))
+                setattr(parent, name, make(child))
     return model
 
 
-def apply_weight_format(model: nn.Module, weight_format: str, device) -> nn.Module:
-    if weight_format not in WEIGHT_FORMATS:
-        raise ValueError(f"unknown weight format {weight_format!r} (known: {', '.join(WEIGHT_FORMATS)})")
-    if weight_format == "int8" and torch.device(device).type == "cpu":
+def quantize_int8(model: nn.Module) -> nn.Module:
+    return replace_linears(model, Int8Linear)
+
+
+def quantize_int4(model: nn.Module, group: int = 32) -> nn.Module:
+    def make(linear: nn.Linear) -> nn.Module:
+        if linear.in_features % group:
+            return Int8Linear(linear)  # no whole groups: keep it int8
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return Int4Linear(*quantize_groups_int4(linear.weight.detach(), group), group, bias, linear.weight.dtype)
+    return replace_linears(model, make)
+
+
+def apply_weight_format(model: nn.Module, weight_format: str, device, gguf_file: Path | None = None) -> nn.Module:
+    """Swap in `weight_format`. GGUF formats read the quantized tensors from gguf_file; without it (a model that
+    has no GGUF, e.g. the tiny test models) they quantize the dense weights to the same grids."""
+    weight_format = canonical_format(weight_format)
+    if weight_format == "dense":
+        return model
+    if torch.device(device).type != "cpu":
+        # The int4/int8 kernels wired here are CPU kernels; on a GPU the dense bf16 weights are used.
+        log.info("weight format %s is CPU-only here; using dense weights on %s", weight_format, device)
+        return model
+    dtype = next(model.parameters()).dtype
+    if weight_format == "int8":
         return quantize_int8(model)
-    return model  # bf16 (or the load dtype); int8 is a CPU kernel, GPUs keep bf16
+    if gguf_file is not None:
+        from .gguf_weights import apply_gguf_weights
+
+        apply_gguf_weights(model, Path(gguf_file), "int8" if weight_format == "gguf" else "int4", dtype)
+        return model
+    if weight_format == "gguf":  # the same mix as a Q4_K_M file: int4 weights, int8 output head
+        head = getattr(model, "lm_head", None)
+        if isinstance(head, nn.Linear):
+            model.lm_head = Int8Linear(head)
+    return quantize_int4(model)

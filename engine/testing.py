@@ -40,6 +40,10 @@ stop_token_ids = [0, 1, 2, 3, 4, 5, 6, 7]
 target = "tiny-target"
 draft = "tiny-draft"
 description = "random tiny Qwen2 models for tests"
+# Pinned so the tests are deterministic and skip calibration (tests/test_engine_calibrate.py covers "auto").
+target_weights = "dense"
+draft_weights = "dense"
+activations = "float32"
 """
 
 

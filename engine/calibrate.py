@@ -1,0 +1,345 @@
+"""Measure what this machine can do, once, and choose formats from the measurements — never from CPU flags.
+
+For each model of a pair and each weight format x activation dtype (engine/quant.py), time on *this* machine:
+a pass over 1, 2, 4, 8 and 16 new tokens after a 256-token context (the K+1 widths of verification; the 1-token pass
+is also the draft step) and prefill tokens/s. The models are the real architectures from their config.json with
+random weights; only 4 distinct decoder layers are built and the real depth cycles through them, so a pass
+streams as many bytes as the real model while building and quantizing every format of both models stays cheap.
+
+The table is cached in $CODECUE_HOME/calibration.json keyed by the processor (CPU model name or GPU name), threads,
+torch version and the model's shapes; `codecue-models calibrate` re-measures. From it the engine chooses:
+- the target's format and activation dtype: the fastest single-line completion (prefill of 100 tokens + 16
+  one-token steps) among the formats that keep the GGUF file's precision (gguf, int8, dense);
+- the draft's: the fastest one-token step among all formats (its format changes proposals, never the output);
+- whether the draft model pays at all: its expected speed-up at 80 % acceptance with the measured costs.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .quant import Int8Linear, apply_weight_format
+
+log = logging.getLogger(__name__)
+
+TARGET_FORMATS = ("gguf", "int8", "dense")  # keep the GGUF's precision: the target's format decides the output
+DRAFT_FORMATS = ("int4", "gguf", "int8", "dense")
+ACTIVATIONS = ("bfloat16", "float32")
+WIDTHS = (1, 2, 4, 8, 16)
+CONTEXT_TOKENS = 256
+PREFILL_TOKENS = 128
+DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3: no flattering cache hits
+DRAFT_PAYS_AT = 1.1  # the draft model is loaded only when it promises this speed-up at 80 % acceptance
+VERSION = 1
+
+
+@dataclass
+class Measurement:
+    role: str  # "target" or "draft"
+    weights: str
+    activations: str
+    pass_ms: dict[int, float]  # new tokens in the pass -> ms for the whole model
+    prefill_tok_s: float
+
+    @property
+    def complete(self) -> bool:
+        """False when the combination was screened out after its one-token pass."""
+        return self.prefill_tok_s > 0 and all(w in self.pass_ms for w in WIDTHS)
+
+    def single_line_ms(self) -> float:
+        """What one short completion costs: 100 new prompt tokens, then 16 one-token steps."""
+        return 1000 * 100 / self.prefill_tok_s + 16 * self.pass_ms[1]
+
+
+@dataclass
+class Choice:
+    target_weights: str
+    target_activations: str
+    draft_weights: str | None
+    draft_activations: str | None
+    draft_model: bool  # False: the draft model does not pay here; draft from lookup only
+    expected_draft_speedup: float = 0.0
+
+
+@dataclass
+class Calibration:
+    key: dict
+    measurements: list[Measurement] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def get(self, role: str, weights: str, activations: str) -> Measurement | None:
+        return next((m for m in self.measurements
+                     if (m.role, m.weights, m.activations) == (role, weights, activations)), None)
+
+
+def processor_name(device: str = "cpu") -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def config_digest(config) -> str:
+    shape = {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "intermediate_size",
+                                                   "num_attention_heads", "num_key_value_heads", "vocab_size",
+                                                   "num_hidden_layers")}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def machine_key(device: str, target_config, draft_config) -> dict:
+    return {"version": VERSION, "device": device, "processor": processor_name(device),
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
+
+
+def key_string(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- measuring ----------------------------------------------------------------------------------------------------
+def best_ms(fn, reps: int = 3, budget_s: float = 0.4) -> float:
+    """Minimum of up to `reps` timed calls, fewer when a call is slow (a slow format needs no precision)."""
+    times: list[float] = []
+    spent = time.perf_counter()
+    while len(times) < reps and (not times or time.perf_counter() - spent < budget_s):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return 1000 * min(times)
+
+
+def slice_model(config, layers: int, seed: int = 0):
+    """The real architecture with `layers` decoder layers and random (seeded) weights, in fp32. The slice ties its
+    embedding to the output head: the same shapes, half the random initialisation."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = layers
+    config.tie_word_embeddings = True
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[0]] * layers
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def formatted(model, weights: str):
+    """A bf16 copy of the slice in `weights`. For "gguf", odd layers keep v_proj and down_proj in int8, as a
+    Q4_K_M file stores half of them in Q6_K."""
+    model = copy.deepcopy(model).to(torch.bfloat16)
+    if weights == "gguf":
+        for i, layer in enumerate(model.model.layers):
+            if i % 2:
+                layer.self_attn.v_proj = Int8Linear(layer.self_attn.v_proj)
+                layer.mlp.down_proj = Int8Linear(layer.mlp.down_proj)
+    return apply_weight_format(model, weights, "cpu")
+
+
+def full_depth(model, depth: int):
+    """The slice run as a model of the real depth: `depth` decoder layers that cycle through the slice's distinct
+    layers (shared weights, each with its own cache slot). Per token it streams as many bytes as the real model,
+    as long as the distinct layers together outgrow the last-level cache."""
+    distinct = list(model.model.layers)
+    layers = []
+    for i in range(depth):
+        layer = copy.copy(distinct[i % len(distinct)])
+        layer._modules = dict(layer._modules)
+        layer.self_attn = copy.copy(layer.self_attn)
+        layer.self_attn.layer_idx = i
+        layers.append(layer)
+    model.model.layers = torch.nn.ModuleList(layers)
+    model.config.num_hidden_layers = depth
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = [model.config.layer_types[0]] * depth
+    return model
+
+
+def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
+                context: int | None = None) -> tuple[dict[int, float], float]:
+    """ms of a pass over each width after `context` tokens (CONTEXT_TOKENS), and ms to prefill PREFILL_TOKENS."""
+    from .kvcache import TrackedCache
+
+    context = CONTEXT_TOKENS if context is None else context
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(100, vocab - 100, (max(context, PREFILL_TOKENS) + max(widths),), generator=gen).tolist()
+    cache = TrackedCache(model)
+    prefill_ms = 0.0
+    with torch.inference_mode():
+        cache.forward(ids[:8], logits="none")  # warm-up: first-call allocations stay out of the timings
+        if prefill:
+            def run_prefill():
+                cache.truncate(0)
+                cache.forward(ids[:PREFILL_TOKENS], logits="none")
+            prefill_ms = best_ms(run_prefill, reps=2)
+        cache.truncate(0)
+        cache.forward(ids[:context], logits="none")
+        out = {}
+        for n in widths:
+            def verify(n=n):
+                cache.forward(ids[context:context + n], logits="all")
+                cache.truncate(context)
+            out[n] = best_ms(verify)
+    return out, prefill_ms
+
+
+def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0) -> list[Measurement]:
+    """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
+    `screen` x the best so far is recorded with that figure only: a measured shortlist (the slow kernels cost
+    seconds a call on 2 cores)."""
+    base = slice_model(config, min(DISTINCT_LAYERS, config.num_hidden_layers))
+    models = {weights: full_depth(formatted(base, weights), config.num_hidden_layers) for weights in formats}
+    del base
+    results, best_one = [], float("inf")
+    for act in activations:  # bf16 first: where its kernels are fast, fp32 is screened out cheaply
+        for weights in formats:
+            model = models[weights].to(getattr(torch, act))
+            # A short context: the screen must not pay a slow kernel's prefill of the full context.
+            one_token = time_passes(model, config.vocab_size, (1,), prefill=False, context=8)[0][1]
+            if one_token > screen * best_one:
+                results.append(Measurement(role, weights, act, {1: round(one_token, 2)}, 0.0))
+            else:
+                best_one = min(best_one, one_token)
+                passes, prefill_ms = time_passes(model, config.vocab_size)
+                results.append(Measurement(role, weights, act, {w: round(v, 2) for w, v in passes.items()},
+                                           round(1000 * PREFILL_TOKENS / prefill_ms, 1)))
+            if progress is not None:
+                progress.update(1)
+    return results
+
+
+def calibrate(target_config, draft_config=None, device: str = "cpu", formats: dict | None = None,
+              progress: bool = True) -> Calibration:
+    from tqdm import tqdm
+
+    formats = formats or {"target": TARGET_FORMATS, "draft": DRAFT_FORMATS}
+    started = time.perf_counter()
+    cal = Calibration(key=machine_key(device, target_config, draft_config))
+    roles = [("target", target_config)] + ([("draft", draft_config)] if draft_config is not None else [])
+    total = sum(len(formats[r]) * len(ACTIVATIONS) for r, _ in roles)
+    with tqdm(total=total, desc="calibrating formats on this machine", disable=not progress, unit="format") as bar:
+        for role, config in roles:
+            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar)
+    cal.seconds = round(time.perf_counter() - started, 1)
+    return cal
+
+
+# --- choosing -----------------------------------------------------------------------------------------------------
+def expected_speedup(verify_ms: dict[int, float], draft_ms: float, alpha: float = 0.8, max_k: int = 8) -> float:
+    """Best over K of tokens per ms with drafting, over tokens per ms of the target alone:
+    E[tokens per pass] = (1 - a^(K+1)) / (1 - a); a pass costs verify(K+1) + K x draft."""
+    def verify(n: int) -> float:
+        return interpolate(verify_ms, n)
+    alone = 1 / verify(1)
+    best = 1.0
+    for k in range(1, max_k + 1):
+        tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
+        best = max(best, tokens / (verify(k + 1) + k * draft_ms) / alone)
+    return best
+
+
+def interpolate(points: dict[int, float], n: int) -> float:
+    xs = sorted(int(x) for x in points)
+    values = {int(k): v for k, v in points.items()}
+    if n <= xs[0]:
+        return values[xs[0]]
+    for lo, hi in zip(xs, xs[1:]):
+        if n <= hi:
+            return values[lo] + (values[hi] - values[lo]) * (n - lo) / (hi - lo)
+    return values[xs[-1]] * n / xs[-1]  # past the widest measured pass: grows with width (compute-bound)
+
+
+def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_FORMATS,
+           activations=ACTIVATIONS) -> Choice:
+    """The fastest target and draft among the candidates. A combination asked for by name that was screened out
+    is still taken when it is the only candidate (the user's explicit choice)."""
+    def best(role: str, formats, score) -> Measurement | None:
+        found = [m for m in cal.measurements if m.role == role and m.weights in formats and m.activations in activations]
+        complete = [m for m in found if m.complete]
+        if complete:
+            return min(complete, key=score)
+        return min(found, key=lambda m: m.pass_ms[1]) if found else None
+
+    target = best("target", target_formats, Measurement.single_line_ms)
+    if target is None:
+        raise ValueError(f"no calibration of the target in {target_formats} x {activations}")
+    draft = best("draft", draft_formats, lambda m: m.pass_ms[1])
+    if draft is None:
+        return Choice(target.weights, target.activations, None, None, False)
+    gain = expected_speedup(target.pass_ms, draft.pass_ms[1]) if target.complete else 0.0
+    return Choice(target.weights, target.activations, draft.weights, draft.activations, gain >= DRAFT_PAYS_AT,
+                  round(gain, 2))
+
+
+# --- the cache ----------------------------------------------------------------------------------------------------
+def cache_path(home: Path) -> Path:
+    return home / "calibration.json"
+
+
+def load_cached(home: Path, key: dict) -> Calibration | None:
+    try:
+        table = json.loads(cache_path(home).read_text())
+        entry = table[key_string(key)]
+    except (OSError, ValueError, KeyError):
+        return None
+    measurements = [Measurement(m["role"], m["weights"], m["activations"],
+                                {int(w): v for w, v in m["pass_ms"].items()}, m["prefill_tok_s"])
+                    for m in entry["measurements"]]
+    return Calibration(key=entry["key"], measurements=measurements, seconds=entry.get("seconds", 0.0))
+
+
+def save(home: Path, cal: Calibration) -> None:
+    path = cache_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    table[key_string(cal.key)] = asdict(cal)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(table, indent=1))
+    tmp.replace(path)
+
+
+def calibration_for(home: Path, target_config, draft_config=None, device: str = "cpu", force: bool = False,
+                    progress: bool = True) -> Calibration:
+    """The cached table for this machine and pair, measuring it first when there is none (once per machine)."""
+    key = machine_key(device, target_config, draft_config)
+    cal = None if force else load_cached(home, key)
+    if cal is None:
+        log.info("calibrating weight formats on %s (once per machine)", key["processor"])
+        cal = calibrate(target_config, draft_config, device, progress=progress)
+        save(home, cal)
+    return cal
+
+
+def format_table(cal: Calibration, choice: Choice | None = None) -> str:
+    key = cal.key
+    lines = [f"calibration on {key['processor']} ({key['cpu_capability']}, {key['threads']} threads, "
+             f"torch {key['torch']}; measured in {cal.seconds:.0f} s)",
+             f"{'model':7s} {'weights':8s} {'act':9s} " + " ".join(f"{f'{w} tok':>9s}" for w in WIDTHS)
+             + f" {'prefill':>11s} {'1-line':>8s}"]
+    for m in cal.measurements:
+        cells = " ".join(f"{m.pass_ms[w]:7.1f}ms" if w in m.pass_ms else f"{'-':>9s}" for w in WIDTHS)
+        tail = f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms" if m.complete else "  (screened out: slow)"
+        lines.append(f"{m.role:7s} {m.weights:8s} {m.activations:9s} {cells}{tail}")
+    if choice is not None:
+        lines.append(f"chosen: target {choice.target_weights}/{choice.target_activations}"
+                     + (f", draft {choice.draft_weights}/{choice.draft_activations}" if choice.draft_weights else "")
+                     + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "
+                        f"{choice.expected_draft_speedup:.2f}x at 80 % acceptance)" if choice.draft_weights else ""))
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""Calibration: formats are timed on this machine, cached per machine, and chosen from the measurements."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine import calibrate as cal_mod
+from engine.calibrate import (Calibration, Measurement, WIDTHS, calibration_for, choose, expected_speedup,
+                              format_table, full_depth, interpolate, load_cached, machine_key)
+from engine.testing import tiny_config
+
+
+def passes(one: float, growth: float = 0.0) -> dict[int, float]:
+    """A pass over n tokens costs one x (1 + growth x (n - 1))."""
+    return {w: one * (1 + growth * (w - 1)) for w in WIDTHS}
+
+
+def m(role, weights, act, one, prefill=200.0, growth=0.0) -> Measurement:
+    return Measurement(role, weights, act, passes(one, growth), prefill)
+
+
+def table(*measurements) -> Calibration:
+    return Calibration(key={"processor": "test", "cpu_capability": "x", "threads": 2, "torch": "t"},
+                       measurements=list(measurements))
+
+
+# (what was measured, expected target, expected draft, draft model on?)
+CHOICES = [
+    ("int4 is fastest but lossy: the target takes the fastest format that keeps the file's precision",
+     [m("target", "int4", "bfloat16", 20), m("target", "gguf", "bfloat16", 40), m("target", "dense", "bfloat16", 120),
+      m("draft", "int4", "bfloat16", 8), m("draft", "dense", "bfloat16", 40)],
+     ("gguf", "bfloat16"), ("int4", "bfloat16"), True),
+    ("fp32 activations win where the quantized kernels are slow with them... only when measured so",
+     [m("target", "gguf", "bfloat16", 300), m("target", "dense", "float32", 200),
+      m("draft", "int8", "float32", 60)],
+     ("dense", "float32"), ("int8", "float32"), True),
+    ("a draft that costs as much as the target never pays",
+     [m("target", "gguf", "bfloat16", 40, growth=0.5), m("draft", "int8", "float32", 44)],
+     ("gguf", "bfloat16"), ("int8", "float32"), False),
+    ("prefill counts: a fast one-token step with a slow prefill loses a single-line completion",
+     [m("target", "gguf", "bfloat16", 40, prefill=20), m("target", "dense", "bfloat16", 60, prefill=400),
+      m("draft", "int4", "bfloat16", 10)],
+     ("dense", "bfloat16"), ("int4", "bfloat16"), True),
+    ("a screened-out combination is never chosen over a measured one",
+     [Measurement("target", "gguf", "float32", {1: 5.0}, 0.0), m("target", "gguf", "bfloat16", 40),
+      m("draft", "int4", "bfloat16", 10)],
+     ("gguf", "bfloat16"), ("int4", "bfloat16"), True),
+]
+
+
+@pytest.mark.parametrize("why,measured,target,draft,draft_on", CHOICES, ids=[c[0][:40] for c in CHOICES])
+def test_choice_follows_the_measurements(why, measured, target, draft, draft_on):
+    choice = choose(table(*measured))
+    assert (choice.target_weights, choice.target_activations) == target, why
+    assert (choice.draft_weights, choice.draft_activations) == draft, why
+    assert choice.draft_model is draft_on, why
+
+
+def test_an_explicit_format_is_honoured_even_when_screened_out():
+    cal = table(Measurement("target", "int8", "float32", {1: 900.0}, 0.0), m("target", "gguf", "bfloat16", 40))
+    choice = choose(cal, target_formats=("int8",), activations=("float32",))
+    assert (choice.target_weights, choice.target_activations) == ("int8", "float32")
+
+
+def test_expected_speedup_formula():
+    flat = passes(100.0)
+    # Free drafts and flat verification: E[tokens per pass] = (1 - a^(K+1)) / (1 - a) at the best K (8).
+    assert expected_speedup(flat, 0.0, alpha=0.8) == pytest.approx((1 - 0.8 ** 9) / 0.2)
+    # A draft step as dear as the target: never better than target alone.
+    assert expected_speedup(flat, 100.0, alpha=0.8) == 1.0
+    # Verification cost that grows with width caps the gain below the flat case.
+    assert 1.0 < expected_speedup(passes(100.0, growth=0.3), 0.0, alpha=0.8) < (1 - 0.8 ** 9) / 0.2
+
+
+def test_interpolation_between_measured_widths():
+    points = {1: 10.0, 2: 12.0, 4: 20.0}
+    assert [interpolate(points, n) for n in (1, 2, 3, 4)] == [10.0, 12.0, 16.0, 20.0]
+    assert interpolate(points, 8) == 40.0  # past the widest: proportional to width
+
+
+def test_full_depth_cycles_distinct_layers_with_their_own_cache_slots():
+    from transformers import Qwen2ForCausalLM
+
+    config = tiny_config(64, 2)
+    model = full_depth(Qwen2ForCausalLM(config).eval(), 5)
+    assert len(model.model.layers) == 5 and model.config.num_hidden_layers == 5
+    assert [layer.self_attn.layer_idx for layer in model.model.layers] == [0, 1, 2, 3, 4]
+    assert model.model.layers[2].mlp is model.model.layers[0].mlp  # shared weights
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)
+    assert len(out.past_key_values.layers) == 5
+
+
+def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
+    monkeypatch.setattr(cal_mod, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(cal_mod, "PREFILL_TOKENS", 16)
+    target, draft = tiny_config(384, 3, hidden=64), tiny_config(384, 1, hidden=64)
+    first = calibration_for(tmp_path, target, draft, progress=False)
+    expected = {(role, w, a) for role, formats in (("target", cal_mod.TARGET_FORMATS), ("draft", cal_mod.DRAFT_FORMATS))
+                for w in formats for a in cal_mod.ACTIVATIONS}
+    assert {(x.role, x.weights, x.activations) for x in first.measurements} == expected
+    complete = [x for x in first.measurements if x.complete]
+    assert complete and all(v > 0 for x in complete for v in x.pass_ms.values())
+    assert all(x.prefill_tok_s > 0 for x in complete)
+    # Cached: the second call measures nothing.
+    monkeypatch.setattr(cal_mod, "calibrate", lambda *a, **k: pytest.fail("measured again"))
+    again = calibration_for(tmp_path, target, draft, progress=False)
+    assert [x.pass_ms for x in again.measurements] == [x.pass_ms for x in first.measurements]
+    # Another processor or torch version is another machine: not in the cache.
+    key = machine_key("cpu", target, draft)
+    assert load_cached(tmp_path, key) is not None
+    assert load_cached(tmp_path, {**key, "torch": "0.0"}) is None
+    assert load_cached(tmp_path, {**key, "processor": "another CPU"}) is None
+    text = format_table(again, choose(again))
+    assert "chosen: target" in text and key["processor"] in text
+    assert json.loads((tmp_path / "calibration.json").read_text())
+
+
+def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypatch):
+    from engine.models import load_pair
+    from engine.testing import build_tiny_pair
+
+    monkeypatch.setattr(cal_mod, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(cal_mod, "PREFILL_TOKENS", 16)
+    home, toml = build_tiny_pair(tmp_path)
+    toml.write_text(toml.read_text().replace('target_weights = "dense"', 'target_weights = "auto"')
+                    .replace('draft_weights = "dense"', 'draft_weights = "auto"')
+                    .replace('activations = "float32"', 'activations = "auto"'))
+    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    monkeypatch.setenv("CODECUE_HOME", str(home))
+    pair = load_pair("tiny", device="cpu", with_draft=True)
+    assert (home / "calibration.json").is_file()
+    choice = pair.choice
+    assert pair.target_weights == choice.target_weights in cal_mod.TARGET_FORMATS
+    assert str(pair.dtype) == f"torch.{choice.target_activations}"
+    assert pair.draft is not None and pair.draft_weights == choice.draft_weights
+    # The chosen formats are what was loaded: int formats swap out every nn.Linear.
+    linears = [x for x in pair.target.modules() if isinstance(x, torch.nn.Linear)]
+    assert (len(linears) == 0) == (choice.target_weights != "dense")
+    # An explicit format skips nothing: the cached table still answers, nothing is measured again.
+    monkeypatch.setattr(cal_mod, "calibrate", lambda *a, **k: pytest.fail("measured again"))
+    pinned = load_pair("tiny", device="cpu", target_weights="int8", dtype="auto", with_draft=False)
+    assert pinned.target_weights == "int8" and pinned.draft is None
