@@ -23,14 +23,29 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 @dataclass
 class TrackedCache:
-    """A transformers DynamicCache plus the exact token ids whose keys/values it holds (`ids`)."""
+    """A transformers KV cache plus the exact token ids whose keys/values it holds (`ids`). A model with compiled
+    static steps (engine/compiled.py) gets a preallocated StaticCache and its compiled passes; others a DynamicCache.
+    """
     model: torch.nn.Module
     cache: DynamicCache = None
     ids: list[int] = field(default_factory=list)
 
     def __post_init__(self):
+        self.steps = getattr(self.model, "codecue_steps", None)
+        if self.steps is not None and self.steps.failed:
+            self.steps = None
         if self.cache is None:
-            self.cache = DynamicCache(config=self.model.config)
+            self.cache = self.steps.new_cache() if self.steps is not None else DynamicCache(config=self.model.config)
+
+    def _grow_past_capacity(self, extra: int) -> None:
+        """A static cache cannot hold more than its capacity: move this session to a dynamic cache (eager passes),
+        recomputing what it held. Rare: prompts are budgeted well below the capacity."""
+        if self.steps is None or len(self.ids) + extra <= self.steps.capacity:
+            return
+        held, self.steps = list(self.ids), None
+        self.cache, self.ids = DynamicCache(config=self.model.config), []
+        for start in range(0, len(held), 512):
+            self.forward(held[start:start + 512], logits="none")
 
     def truncate(self, length: int) -> None:
         extra = len(self.ids) - length
@@ -41,17 +56,22 @@ class TrackedCache:
     def forward(self, new_ids: list[int], logits: str = "all") -> torch.Tensor | None:
         """Run the model on new_ids after the cached ones. logits: "all" -> [len, vocab], "last" -> [1, vocab],
         "none" (prefill: the lm head over a 151,936 vocabulary is skipped where possible)."""
-        x = torch.tensor([new_ids], dtype=torch.long, device=self.model.device)
-        keep = 0 if logits == "all" else 1
+        self._grow_past_capacity(len(new_ids) + 16)  # 16: room for a padded verify pass
         try:
-            out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
+            if self.steps is not None:
+                out = self.steps.run(self.cache, list(new_ids), logits)
+            else:
+                x = torch.tensor([new_ids], dtype=torch.long, device=self.model.device)
+                keep = 0 if logits == "all" else 1
+                out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep).logits[0]
         except BaseException:
             # A forward that died half-way may have appended to some layers only: start this cache afresh.
-            self.cache = DynamicCache(config=self.model.config)
+            self.steps = None if (self.steps is not None and self.steps.failed) else self.steps
+            self.cache = self.steps.new_cache() if self.steps is not None else DynamicCache(config=self.model.config)
             self.ids = []
             raise
         self.ids.extend(new_ids)
-        return None if logits == "none" else out.logits[0].float()
+        return None if logits == "none" else out.float()
 
     def reuse_prefix(self, ids: list[int]) -> int:
         """Drop what is not a prefix of ids; return how many of ids are already cached."""

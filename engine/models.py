@@ -8,6 +8,7 @@ Cache layout under $CODECUE_HOME (default ~/.cache/codecue):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 
 REPO_MODELS_TOML = Path(__file__).resolve().parents[1] / "models.toml"
 READY_MARKER = "codecue.json"
+log = logging.getLogger(__name__)
 
 
 class ModelsError(RuntimeError):
@@ -65,6 +67,7 @@ class PairSpec:
     target_weights: str = "auto"
     draft_weights: str = "auto"
     activations: str = "auto"
+    compile: bool = False  # compiled static steps (engine/compiled.py); env CODECUE_COMPILE=0/1 overrides
 
 
 @dataclass
@@ -123,6 +126,7 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             target_weights=p.get("target_weights", "auto"),
             draft_weights=p.get("draft_weights", "auto"),
             activations=p.get("activations", "auto"),
+            compile=bool(p.get("compile", False)),
         )
     return config
 
@@ -155,6 +159,7 @@ class LoadedPair:
     costs: object | None = None  # engine.policy.PassCosts from the calibration, when there is one
     calibration: object | None = None  # engine.calibrate.Calibration
     choice: object | None = None  # engine.calibrate.Choice
+    compiled: bool = False  # the target runs compiled static steps
 
 
 def gguf_file(spec: ModelSpec, home: Path | None = None) -> Path | None:
@@ -166,7 +171,7 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .quant import GGUF_FORMATS, apply_weight_format, canonical_format
+    from .quant import GGUF_FORMATS, canonical_format
 
     path = model_dir(spec.name, home)
     if not is_ready(spec.name, home):
@@ -186,14 +191,35 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
             f"Run `codecue-models verify`, then `codecue-models fetch` to repair them.") from exc
     model.to(device).eval()
     with torch.no_grad():
+        if weight_format != "dense" and torch.device(device).type == "cpu":
+            apply_cached_format(model, spec, weight_format, dtype, device, gguf, home)
         for p in model.parameters():
             # Weights loaded from a memory-mapped file can sit misaligned; a copy is 7-10 % faster to read.
             p.data = p.data.clone()
-        try:
-            apply_weight_format(model, weight_format, device, gguf)
-        except ValueError as exc:
-            raise ModelsError(f"{spec.name}: {exc}. Run `codecue-models verify`.") from exc
     return model
+
+
+def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, device, gguf, home: Path | None):
+    """Quantizing (and reading the GGUF) takes tens of seconds on 2 cores: do it once, keep the result under the
+    model's folder, and load that on later starts."""
+    from .quant import apply_weight_format, format_cache_file, load_formatted, save_formatted
+
+    cached = format_cache_file(model_dir(spec.name, home), weight_format, dtype)
+    if cached.is_file():
+        try:
+            load_formatted(model, cached)
+            return
+        except Exception as exc:  # a half-written or outdated cache: rebuild it
+            log.warning("format cache %s unusable (%s); rebuilding it", cached, exc)
+            cached.unlink(missing_ok=True)
+    try:
+        apply_weight_format(model, weight_format, device, gguf)
+    except ValueError as exc:
+        raise ModelsError(f"{spec.name}: {exc}. Run `codecue-models verify`.") from exc
+    try:
+        save_formatted(model, cached)
+    except OSError as exc:
+        log.warning("could not cache the %s weights of %s (%s)", weight_format, spec.name, exc)
 
 
 def model_config(spec: ModelSpec, home: Path | None = None):
@@ -236,10 +262,11 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
 def load_pair(name: str = "default", *, device: str | None = None, dtype: str | None = None,
               with_draft: bool | None = None, config: ModelsConfig | None = None, home: Path | None = None,
               target_weights: str | None = None, draft_weights: str | None = None,
-              progress: bool = False) -> LoadedPair:
+              compile: bool | None = None, progress: bool = False) -> LoadedPair:
     """Load a pair in the formats this machine runs fastest (see resolve_formats). Explicit arguments, then the
     environment (CODECUE_TARGET_WEIGHTS, CODECUE_DRAFT_WEIGHTS, CODECUE_DTYPE), then models.toml decide; "auto" asks
-    the calibration. with_draft: True loads the draft model, False never, None as the calibration says it pays."""
+    the calibration. with_draft: True loads the draft model, False never, None as the calibration says it pays.
+    compile: compiled static steps for both models (None: env CODECUE_COMPILE, else the pair's `compile`)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -254,9 +281,19 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     draft = load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights) if load_draft else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target.name, home))
     costs = pass_costs_from(cal, choice) if cal is not None else None
+    if compile is None:
+        env = os.environ.get("CODECUE_COMPILE")
+        compile = spec.compile if env is None else env.lower() not in ("0", "false", "no", "off", "")
+    compiled = False
+    if compile:
+        from .compiled import DRAFT_WIDTHS, TARGET_WIDTHS, attach
+
+        compiled = attach(target, TARGET_WIDTHS, home=home or codecue_home(), progress=progress, label="target")
+        if draft is not None and compiled:
+            attach(draft, DRAFT_WIDTHS, last_only=True, home=home or codecue_home(), progress=progress, label="draft")
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
                       target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
-                      draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice)
+                      draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice, compiled=compiled)
 
 
 def pass_costs_from(cal, choice):

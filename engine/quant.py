@@ -50,7 +50,8 @@ class Int8Linear(nn.Module):
         scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
         self.register_buffer("weight_int8", torch.round(weight / scales[:, None]).clamp(-128, 127).to(torch.int8))
         self.register_buffer("scales", scales.to(dtype))
-        self.bias = bias
+        # A buffer, not a bare attribute: saved and loaded with the format cache, moved by .to().
+        self.register_buffer("bias", bias.detach().to(dtype) if bias is not None else None)
         self.out_features, self.in_features = weight.shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -84,7 +85,19 @@ class Int4Linear(nn.Module):
         # [K/G, N, 2]: the kernel wants scales and zeros interleaved, in the activation dtype.
         self.register_buffer("scales_and_zeros",
                              torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous())
-        self.bias = bias
+        self.register_buffer("bias", bias.detach().to(dtype) if bias is not None else None)
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group: int, in_features: int,
+                    bias: torch.Tensor | None) -> "Int4Linear":
+        """Rebuild a layer from its saved buffers (the format cache), without packing again."""
+        layer = nn.Module.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.out_features, layer.in_features, layer.group = scales_and_zeros.shape[1], in_features, group
+        layer.register_buffer("packed", packed)
+        layer.register_buffer("scales_and_zeros", scales_and_zeros)
+        layer.register_buffer("bias", bias)
+        return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
@@ -140,3 +153,60 @@ def apply_weight_format(model: nn.Module, weight_format: str, device, gguf_file:
         if isinstance(head, nn.Linear):
             model.lm_head = Int8Linear(head)
     return quantize_int4(model)
+
+
+# --- the format cache: quantizing (and reading a GGUF) once per machine, not at every start -------------------------
+def format_cache_file(model_dir: Path, weight_format: str, dtype: torch.dtype) -> Path:
+    """Packed int4 layouts belong to a torch version and a CPU kernel: both are in the name."""
+    tag = f"{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}".replace("+", "_")
+    return model_dir / "formats" / f"{weight_format}-{str(dtype).replace('torch.', '')}-{tag}.safetensors"
+
+
+def save_formatted(model: nn.Module, path: Path) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    layout = {name: ({"kind": "int4", "group": m.group, "in_features": m.in_features} if isinstance(m, Int4Linear)
+                     else {"kind": "int8"})
+              for name, m in model.named_modules() if isinstance(m, (Int4Linear, Int8Linear))}
+    state, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue  # tied weights are stored once
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.contiguous()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    save_file(state, str(tmp), metadata={"layout": json.dumps(layout)})
+    tmp.replace(path)
+
+
+def load_formatted(model: nn.Module, path: Path) -> nn.Module:
+    """Swap in the quantized layers saved by save_formatted; the rest of the state comes from the same file."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), "pt") as f:
+        layout = json.loads(f.metadata()["layout"])
+    state = load_file(str(path))
+    for name, info in layout.items():
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        bias = state.get(f"{name}.bias")
+        if info["kind"] == "int4":
+            layer = Int4Linear.from_packed(state[f"{name}.packed"], state[f"{name}.scales_and_zeros"], info["group"],
+                                           info["in_features"], bias)
+        else:
+            layer = Int8Linear()
+            layer.register_buffer("weight_int8", state[f"{name}.weight_int8"])
+            layer.register_buffer("scales", state[f"{name}.scales"])
+            layer.register_buffer("bias", bias)
+            layer.out_features, layer.in_features = layer.weight_int8.shape
+        setattr(parent, child, layer)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
+        raise ValueError(f"{path.name} does not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model

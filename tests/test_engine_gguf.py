@@ -127,7 +127,7 @@ def test_whole_model_from_gguf(gguf_model, weight_format, fallback_type):
     dense = tiny_qwen()  # the same architecture holding the file's (dequantized) numbers, in plain fp32 layers
     with torch.no_grad():
         for name, weight in reference.items():
-            dense.get_submodule(name).weight.copy_(torch.from_numpy(weight))
+            dense.get_submodule(name).weight.copy_(torch.from_numpy(weight.copy()))
     apply_weight_format(model, weight_format, "cpu", path)
     layers = model.model.layers
     assert isinstance(layers[0].self_attn.q_proj, Int4Linear)
@@ -161,3 +161,38 @@ def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k):
         result = Engine(pair).complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
                                                          adaptive_k=False))
         assert result.token_ids == want, drafter
+
+
+@pytest.mark.parametrize("weight_format", ["gguf", "int4", "int8"])
+def test_format_cache_round_trip_gives_the_same_model(gguf_model, tmp_path, weight_format):
+    from engine.quant import format_cache_file, load_formatted, save_formatted
+
+    path, _ = gguf_model
+    model = apply_weight_format(tiny_qwen(), weight_format, "cpu", path if weight_format != "int8" else None)
+    cached = format_cache_file(tmp_path, weight_format, torch.float32)
+    save_formatted(model, cached)
+    restored = load_formatted(tiny_qwen(5), cached)  # other random weights: everything must come from the file
+    ids = torch.tensor([random_prompt(2, 24)])
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, restored(input_ids=ids).logits)
+    assert restored.model.layers[0].self_attn.q_proj.bias is not None  # Qwen2's q/k/v biases survive
+
+
+def test_load_pair_builds_the_format_once_then_reads_the_cache(tmp_path, monkeypatch):
+    from engine import quant
+    from engine.models import load_pair
+    from engine.testing import build_tiny_pair
+
+    home, toml = build_tiny_pair(tmp_path)
+    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    first = load_pair("tiny", home=home, target_weights="int4", draft_weights="int8", dtype="float32")
+    assert list((home / "models" / "tiny-target" / "formats").glob("int4-float32-*.safetensors"))
+
+    def must_not_quantize(*args, **kwargs):
+        raise AssertionError("quantized again instead of reading the format cache")
+    monkeypatch.setattr(quant, "apply_weight_format", must_not_quantize)
+    second = load_pair("tiny", home=home, target_weights="int4", draft_weights="int8", dtype="float32")
+    ids = torch.tensor([random_prompt(3, 20)])
+    with torch.inference_mode():
+        assert torch.equal(first.target(input_ids=ids).logits, second.target(input_ids=ids).logits)
+        assert torch.equal(first.draft(input_ids=ids).logits, second.draft(input_ids=ids).logits)

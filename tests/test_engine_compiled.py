@@ -1,0 +1,100 @@
+"""Compiled static steps: the same logits as the eager dynamic-cache passes, padding that leaves no trace, a
+session that outgrows its static cache, and speculation that stays exact on compiled models."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import CompletionRequest, Engine
+from engine.compiled import CompiledSteps, attach
+from engine.kvcache import TrackedCache
+from engine.testing import build_tiny_model
+from engine_helpers import random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
+
+WIDTHS = (1, 4)  # each width is one compile (tens of seconds on 2 cores): keep the set small
+
+
+@pytest.fixture(scope="module")
+def compiled_pair(tmp_path_factory):
+    vocab = len(tiny_tokenizer())
+    target, draft = build_tiny_model(vocab, 2, 0), build_tiny_model(vocab, 1, 1)
+    home = tmp_path_factory.mktemp("home")
+    assert attach(target, WIDTHS, capacity=256, home=home, label="target")
+    assert attach(draft, (1,), capacity=256, last_only=True, home=home, label="draft")
+    return target, draft
+
+
+def eager_logits(model, prefix: list[int], new: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([prefix + new]), use_cache=False).logits[0, len(prefix):].float()
+
+
+def test_compiled_passes_match_eager_at_every_width_with_padding(compiled_pair):
+    target, _ = compiled_pair
+    prompt = random_prompt(3, 40)
+    cache = TrackedCache(target)
+    assert isinstance(cache.steps, CompiledSteps)
+    with torch.inference_mode():
+        cache.extend_to(prompt[:30])
+        for n in (1, 2, 3, 4, 5):  # 2 and 3 are padded to 4; 5 has no compiled width and runs eagerly
+            got = cache.forward(prompt[30:30 + n])
+            want = eager_logits(target, prompt[:30], prompt[30:30 + n])
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, atol=1e-4), n
+            assert cache.ids == prompt[:30 + n]
+            assert int(cache.cache.get_seq_length()) == 30 + n  # padding dropped
+            cache.truncate(30)
+
+
+def test_draft_step_keeps_only_the_last_position(compiled_pair):
+    _, draft = compiled_pair
+    prompt = random_prompt(4, 20)
+    cache = TrackedCache(draft)
+    with torch.inference_mode():
+        cache.extend_to(prompt[:17])
+        for new in (prompt[17:18], prompt[17:20]):  # one token (compiled), three tokens (eager)
+            got = cache.forward(new, logits="last")
+            want = eager_logits(draft, prompt[:17], new)[-1:]
+            assert torch.allclose(got, want, atol=1e-4)
+            cache.truncate(17)
+
+
+def test_a_session_past_the_static_capacity_moves_to_a_dynamic_cache(compiled_pair):
+    target, _ = compiled_pair
+    prompt = random_prompt(5, 300)
+    cache = TrackedCache(target)
+    with torch.inference_mode():
+        cache.extend_to(prompt[:235])
+        assert cache.steps is not None
+        got = cache.forward(prompt[235:245])  # 245 + 16 > 256: no longer fits
+        assert cache.steps is None and cache.ids == prompt[:245]
+        assert torch.allclose(got, eager_logits(target, prompt[:235], prompt[235:245]), atol=1e-4)
+
+
+@pytest.mark.parametrize("drafter,k", [("none", 0), ("draft", 3), ("lookup", 8)])
+def test_speculation_on_compiled_models_equals_target_alone(compiled_pair, drafter, k):
+    target, draft = compiled_pair
+    base = tiny_pair("random")
+    pair = type(base)(spec=base.spec, target=target, draft=draft, tokenizer=base.tokenizer, device=base.device,
+                      dtype=torch.float32)
+    engine = Engine(pair)
+    for seed in (1, 2):
+        prompt = random_prompt(seed, 48, repeat=True)
+        result = engine.complete(CompletionRequest(prompt, 20, drafter=drafter, max_draft_tokens=max(k, 1),
+                                                   adaptive_k=False, session="doc"))
+        with torch.inference_mode():
+            assert result.token_ids == reference_greedy(target, prompt, 20), (drafter, seed)
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch, caplog):
+    model = build_tiny_model(len(tiny_tokenizer()), 1, 2)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: broken)
+    assert attach(model, (1,), capacity=64, label="target") is False
+    assert not hasattr(model, "codecue_steps")
+    assert "running eagerly" in caplog.text
+    cache = TrackedCache(model)
+    with torch.inference_mode():
+        assert cache.forward([10, 11, 12]).shape[0] == 3
