@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .quant import Int8Linear, apply_weight_format
+from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ CONTEXT_TOKENS = 256
 PREFILL_TOKENS = 128
 DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3: no flattering cache hits
 DRAFT_PAYS_AT = 1.1  # the draft model is loaded only when it promises this speed-up at 80 % acceptance
-VERSION = 1
+VERSION = 2
 
 
 @dataclass
@@ -50,6 +50,16 @@ class Measurement:
     activations: str
     pass_ms: dict[int, float]  # new tokens in the pass -> ms for the whole model
     prefill_tok_s: float
+    prefill_dense_tok_s: float = 0.0  # quantized formats: prefill through a dense copy of the weights (0: not measured)
+
+    @property
+    def prefill_dense(self) -> bool:
+        """Prefill through the dense copy: only where measured clearly faster (it costs the dense weights' memory)."""
+        return self.prefill_dense_tok_s > 1.15 * self.prefill_tok_s
+
+    @property
+    def best_prefill_tok_s(self) -> float:
+        return max(self.prefill_tok_s, self.prefill_dense_tok_s)
 
     @property
     def complete(self) -> bool:
@@ -58,7 +68,7 @@ class Measurement:
 
     def single_line_ms(self) -> float:
         """What one short completion costs: 100 new prompt tokens, then 16 one-token steps."""
-        return 1000 * 100 / self.prefill_tok_s + 16 * self.pass_ms[1]
+        return 1000 * 100 / self.best_prefill_tok_s + 16 * self.pass_ms[1]
 
 
 @dataclass
@@ -69,6 +79,8 @@ class Choice:
     draft_activations: str | None
     draft_model: bool  # False: the draft model does not pay here; draft from lookup only
     expected_draft_speedup: float = 0.0
+    target_prefill_dense: bool = False
+    draft_prefill_dense: bool = False
 
 
 @dataclass
@@ -139,15 +151,19 @@ def slice_model(config, layers: int, seed: int = 0):
 
 
 def formatted(model, weights: str):
-    """A bf16 copy of the slice in `weights`. For "gguf", odd layers keep v_proj and down_proj in int8, as a
-    Q4_K_M file stores half of them in Q6_K."""
+    """A bf16 copy of the slice in `weights`, with its dense weights kept aside (`calibration_dense`) to time
+    prefill through them. For "gguf", odd layers keep v_proj and down_proj in int8, as a Q4_K_M file stores half
+    of them in Q6_K."""
     model = copy.deepcopy(model).to(torch.bfloat16)
+    dense = {k: v.clone() for k, v in dense_linear_weights(model).items()} if weights != "dense" else None
     if weights == "gguf":
         for i, layer in enumerate(model.model.layers):
             if i % 2:
                 layer.self_attn.v_proj = Int8Linear(layer.self_attn.v_proj)
                 layer.mlp.down_proj = Int8Linear(layer.mlp.down_proj)
-    return apply_weight_format(model, weights, "cpu")
+    model = apply_weight_format(model, weights, "cpu")
+    model.calibration_dense = dense
+    return model
 
 
 def full_depth(model, depth: int):
@@ -197,6 +213,20 @@ def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
     return out, prefill_ms
 
 
+def screen_ms(model) -> float:
+    """One-token pass after a one-token context: cheap even for a slow kernel (no prefill to pay for)."""
+    from .kvcache import TrackedCache
+
+    cache = TrackedCache(model)
+    with torch.inference_mode():
+        cache.forward([100], logits="none")  # first-call allocations stay out of the timing
+
+        def step():
+            cache.forward([101], logits="all")
+            cache.truncate(1)
+        return best_ms(step, reps=2, budget_s=0.2)
+
+
 def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0) -> list[Measurement]:
     """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
     `screen` x the best so far is recorded with that figure only: a measured shortlist (the slow kernels cost
@@ -208,15 +238,19 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
     for act in activations:  # bf16 first: where its kernels are fast, fp32 is screened out cheaply
         for weights in formats:
             model = models[weights].to(getattr(torch, act))
-            # A short context: the screen must not pay a slow kernel's prefill of the full context.
-            one_token = time_passes(model, config.vocab_size, (1,), prefill=False, context=8)[0][1]
+            one_token = screen_ms(model)
             if one_token > screen * best_one:
                 results.append(Measurement(role, weights, act, {1: round(one_token, 2)}, 0.0))
             else:
                 best_one = min(best_one, one_token)
                 passes, prefill_ms = time_passes(model, config.vocab_size)
+                dense_tok_s = 0.0
+                if model.calibration_dense:
+                    set_prefill_weights(model, model.calibration_dense)
+                    dense_tok_s = 1000 * PREFILL_TOKENS / time_passes(model, config.vocab_size, (1,))[1]
+                    set_prefill_weights(model, None)
                 results.append(Measurement(role, weights, act, {w: round(v, 2) for w, v in passes.items()},
-                                           round(1000 * PREFILL_TOKENS / prefill_ms, 1)))
+                                           round(1000 * PREFILL_TOKENS / prefill_ms, 1), round(dense_tok_s, 1)))
             if progress is not None:
                 progress.update(1)
     return results
@@ -279,10 +313,11 @@ def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_
         raise ValueError(f"no calibration of the target in {target_formats} x {activations}")
     draft = best("draft", draft_formats, lambda m: m.pass_ms[1])
     if draft is None:
-        return Choice(target.weights, target.activations, None, None, False)
+        return Choice(target.weights, target.activations, None, None, False,
+                      target_prefill_dense=target.prefill_dense)
     gain = expected_speedup(target.pass_ms, draft.pass_ms[1]) if target.complete else 0.0
     return Choice(target.weights, target.activations, draft.weights, draft.activations, gain >= DRAFT_PAYS_AT,
-                  round(gain, 2))
+                  round(gain, 2), target.prefill_dense, draft.prefill_dense)
 
 
 # --- the cache ----------------------------------------------------------------------------------------------------
@@ -297,7 +332,8 @@ def load_cached(home: Path, key: dict) -> Calibration | None:
     except (OSError, ValueError, KeyError):
         return None
     measurements = [Measurement(m["role"], m["weights"], m["activations"],
-                                {int(w): v for w, v in m["pass_ms"].items()}, m["prefill_tok_s"])
+                                {int(w): v for w, v in m["pass_ms"].items()}, m["prefill_tok_s"],
+                                m.get("prefill_dense_tok_s", 0.0))
                     for m in entry["measurements"]]
     return Calibration(key=entry["key"], measurements=measurements, seconds=entry.get("seconds", 0.0))
 
@@ -335,11 +371,14 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
              + f" {'prefill':>11s} {'1-line':>8s}"]
     for m in cal.measurements:
         cells = " ".join(f"{m.pass_ms[w]:7.1f}ms" if w in m.pass_ms else f"{'-':>9s}" for w in WIDTHS)
-        tail = f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms" if m.complete else "  (screened out: slow)"
+        dense = f" (dense {m.prefill_dense_tok_s:.0f})" if m.prefill_dense_tok_s else ""
+        tail = (f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms{dense}" if m.complete
+                else "  (screened out: slow)")
         lines.append(f"{m.role:7s} {m.weights:8s} {m.activations:9s} {cells}{tail}")
     if choice is not None:
         lines.append(f"chosen: target {choice.target_weights}/{choice.target_activations}"
                      + (f", draft {choice.draft_weights}/{choice.draft_activations}" if choice.draft_weights else "")
+                     + (", prefill through dense weights" if choice.target_prefill_dense else "")
                      + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "
                         f"{choice.expected_draft_speedup:.2f}x at 80 % acceptance)" if choice.draft_weights else ""))
     return "\n".join(lines)

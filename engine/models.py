@@ -167,11 +167,13 @@ def gguf_file(spec: ModelSpec, home: Path | None = None) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
-def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_format: str = "dense"):
+def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_format: str = "dense",
+               prefill_dense: bool = False):
+    """prefill_dense: quantized layers keep a dense copy of their weights for prefill chunks (engine/quant.py)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .quant import GGUF_FORMATS, canonical_format
+    from .quant import GGUF_FORMATS, canonical_format, dense_linear_weights, set_prefill_weights
 
     path = model_dir(spec.name, home)
     if not is_ready(spec.name, home):
@@ -192,7 +194,9 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     model.to(device).eval()
     with torch.no_grad():
         if weight_format != "dense" and torch.device(device).type == "cpu":
+            dense = {k: v.clone() for k, v in dense_linear_weights(model).items()} if prefill_dense else None
             apply_cached_format(model, spec, weight_format, dtype, device, gguf, home)
+            set_prefill_weights(model, dense)
         for p in model.parameters():
             # Weights loaded from a memory-mapped file can sit misaligned; a copy is 7-10 % faster to read.
             p.data = p.data.clone()
@@ -275,10 +279,11 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     dev = pick_device(device)
     choice, cal = resolve_formats(spec, dev, home, target_weights, draft_weights, dtype, progress)
     target_dtype = getattr(torch, choice.target_activations)
-    target = load_model(spec.target, dev, target_dtype, home, choice.target_weights)
+    target = load_model(spec.target, dev, target_dtype, home, choice.target_weights, choice.target_prefill_dense)
     load_draft = spec.draft is not None and (with_draft if with_draft is not None else choice.draft_model)
     draft_dtype = getattr(torch, choice.draft_activations) if load_draft else None
-    draft = load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights) if load_draft else None
+    draft = (load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights, choice.draft_prefill_dense)
+             if load_draft else None)
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target.name, home))
     costs = pass_costs_from(cal, choice) if cal is not None else None
     if compile is None:
@@ -306,7 +311,8 @@ def pass_costs_from(cal, choice):
     draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
     if target is None:
         return None
-    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None)
+    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None,
+                     draft_prefill_ms=1000 / draft.prefill_tok_s if draft is not None and draft.complete else None)
 
 
 def write_ready_marker(name: str, info: dict, home: Path | None = None) -> None:

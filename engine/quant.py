@@ -34,7 +34,48 @@ def canonical_format(name: str) -> str:
     return name
 
 
-class Int8Linear(nn.Module):
+PREFILL_ROWS = 16  # passes of this many tokens or more are prefill chunks, not decode or verify steps
+
+
+class QuantizedLinear(nn.Module):
+    """Shared by the int4 and int8 layers: an optional dense copy of the weights for prefill. The quantized kernels
+    read few bytes but are compute-bound past a few rows; where the calibration measured dense prefill to be faster
+    (AVX-512 bf16 machines), long prefill chunks go through F.linear on the dense copy, steps through the kernel.
+    Both modes of the engine prefill the same way, so speculation stays exact against target alone."""
+
+    def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        dense = getattr(self, "prefill_weight", None)
+        if dense is not None and flat.shape[0] >= PREFILL_ROWS:
+            out = nn.functional.linear(flat, dense.to(flat.dtype))
+        else:
+            out = self.quantized_mm(flat)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def set_prefill_weights(model: nn.Module, dense: dict[str, torch.Tensor] | None) -> int:
+    """Give each quantized layer its dense weights for prefill (None: drop them). Non-persistent buffers: never
+    written to the format cache. Returns how many layers have one."""
+    count = 0
+    for name, module in model.named_modules():
+        if isinstance(module, QuantizedLinear):
+            weight = dense.get(name) if dense else None
+            if "prefill_weight" in module._buffers or weight is not None:
+                module.register_buffer("prefill_weight", weight, persistent=False)
+            count += weight is not None
+    return count
+
+
+def dense_linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: m.weight.detach() for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+
+
+class Int8Linear(QuantizedLinear):
     def __init__(self, linear: nn.Linear | None = None):
         super().__init__()
         if linear is not None:
@@ -54,12 +95,8 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", bias.detach().to(dtype) if bias is not None else None)
         self.out_features, self.in_features = weight.shape
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        out = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales.to(x.dtype))
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.reshape(*x.shape[:-1], self.out_features)
+    def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales.to(flat.dtype))
 
 
 def quantize_groups_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -73,7 +110,7 @@ def quantize_groups_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor
     return q, scale, lo + 8 * scale
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(QuantizedLinear):
     """Weight-only int4, one (scale, zero) per group of input columns, through `aten._weight_int4pack_mm_for_cpu`."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: int,
@@ -99,13 +136,10 @@ class Int4Linear(nn.Module):
         layer.register_buffer("bias", bias)
         return layer
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        sz = self.scales_and_zeros if self.scales_and_zeros.dtype == x.dtype else self.scales_and_zeros.to(x.dtype)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, sz)
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.reshape(*x.shape[:-1], self.out_features)
+    def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
+        sz = self.scales_and_zeros
+        sz = sz if sz.dtype == flat.dtype else sz.to(flat.dtype)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, sz)
 
 
 def replace_linears(model: nn.Module, make) -> nn.Module:
@@ -169,7 +203,7 @@ def save_formatted(model: nn.Module, path: Path) -> None:
 
     layout = {name: ({"kind": "int4", "group": m.group, "in_features": m.in_features} if isinstance(m, Int4Linear)
                      else {"kind": "int8"})
-              for name, m in model.named_modules() if isinstance(m, (Int4Linear, Int8Linear))}
+              for name, m in model.named_modules() if isinstance(m, QuantizedLinear)}
     state, seen = {}, set()
     for name, tensor in model.state_dict().items():
         if tensor.data_ptr() in seen:

@@ -196,3 +196,44 @@ def test_load_pair_builds_the_format_once_then_reads_the_cache(tmp_path, monkeyp
     with torch.inference_mode():
         assert torch.equal(first.target(input_ids=ids).logits, second.target(input_ids=ids).logits)
         assert torch.equal(first.draft(input_ids=ids).logits, second.draft(input_ids=ids).logits)
+
+
+def test_prefill_chunks_use_the_dense_copy_and_steps_the_quantized_kernel(gguf_model):
+    from engine.quant import PREFILL_ROWS, dense_linear_weights, set_prefill_weights
+
+    path, _ = gguf_model
+    dense_model = tiny_qwen()
+    dense = {k: v.clone() for k, v in dense_linear_weights(dense_model).items()}
+    plain = apply_weight_format(tiny_qwen(), "gguf", "cpu", path)
+    split = apply_weight_format(tiny_qwen(), "gguf", "cpu", path)
+    quantized = [m for m in split.modules() if isinstance(m, (Int4Linear, Int8Linear))]
+    assert set_prefill_weights(split, dense) == len(quantized) > 0
+    layer, plain_layer = split.model.layers[0].mlp.up_proj, plain.model.layers[0].mlp.up_proj
+    short, long_ = torch.randn(PREFILL_ROWS - 1, HIDDEN), torch.randn(PREFILL_ROWS, HIDDEN)
+    assert torch.equal(layer(short), plain_layer(short))  # steps: the int4 kernel, untouched
+    want = torch.nn.functional.linear(long_, dense["model.layers.0.mlp.up_proj"])
+    assert torch.allclose(layer(long_), want, atol=1e-5)  # prefill chunks: the dense weights
+    assert not torch.allclose(plain_layer(long_), want, atol=1e-5)
+    assert not any("prefill_weight" in k for k in split.state_dict())  # never written to the format cache
+    assert set_prefill_weights(split, None) == 0 and torch.equal(layer(long_), plain_layer(long_))
+
+
+def test_speculation_with_dense_prefill_equals_target_alone_in_the_same_layout(gguf_model):
+    from engine.quant import dense_linear_weights, set_prefill_weights
+
+    path, _ = gguf_model
+    target = tiny_qwen()
+    dense = {k: v.clone() for k, v in dense_linear_weights(target).items()}
+    set_prefill_weights(apply_weight_format(target, "gguf", "cpu", path), dense)
+    base = tiny_pair("random")
+    pair = LoadedPair(spec=PairSpec("q4k", base.spec.target, base.spec.target), target=target,
+                      draft=apply_weight_format(tiny_qwen(1), "int4", "cpu"), tokenizer=base.tokenizer,
+                      device=torch.device("cpu"), dtype=torch.float32)
+    engine = Engine(pair)
+    for seed in (3, 4):
+        prompt = random_prompt(seed, 60, repeat=True)
+        alone = engine.complete(CompletionRequest(prompt, 24, drafter="none"))
+        for drafter, k in (("draft", 4), ("lookup", 8)):
+            result = engine.complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
+                                                       adaptive_k=False))
+            assert result.token_ids == alone.token_ids, (seed, drafter)
