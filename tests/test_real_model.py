@@ -13,7 +13,7 @@ def engine():
     if not (is_ready(pair.target.name) and is_ready(pair.draft.name)):
         pytest.skip("real models not fetched: run `codecue-models fetch`")
     from engine import Engine, load_pair
-    return Engine(load_pair("default"))
+    return Engine(load_pair("default", with_draft=True))  # formats as calibrated here; the draft even if it does not pay
 
 
 def test_default_pair_completes_fibonacci_and_speculation_is_lossless(engine):
