@@ -11,7 +11,7 @@ from typing import Any, Mapping
 logger = logging.getLogger(__name__)
 
 CONFIG_SECTION = "codecue"
-DRAFTERS = ("none", "draft", "lookup", "hybrid")
+DRAFTERS = ("auto", "none", "draft", "lookup", "hybrid")  # auto: by expected gain on this machine
 # Settings that only take effect when the model pair is loaded; changing them later needs a restart.
 LOAD_SETTINGS = ("pair", "device", "dtype")
 DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust",
@@ -25,7 +25,7 @@ class Settings:
     dtype: str | None = None
     max_tokens: int = 64
     debounce_ms: int = 30
-    drafter: str = "hybrid"
+    drafter: str = "auto"
     # Empty tuple = every language. "*" in the list also means every language.
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -80,6 +81,8 @@ class CodeCueServer(LanguageServer):
         self.initialization_options = None
         self.syntax = _new_syntax_cache()
         self._load_task: asyncio.Task | None = None
+        self._workspace_timers: dict[str, asyncio.TimerHandle] = {}
+        self._workspace_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-workspace")
 
     @property
     def ready(self) -> bool:
@@ -140,6 +143,28 @@ class CodeCueServer(LanguageServer):
         except Exception:
             logger.exception("syntax update failed for %s", uri)
 
+    def sync_workspace(self, uri: str, closed: bool = False) -> None:
+        """Keep the engine's lookup index in step with the open documents: a document is sent once the user pauses
+        typing, and tokenized on a worker thread (a large file must not block the event loop); one worker keeps
+        a document's updates and its removal in order."""
+        engine = getattr(self.completer, "engine", None)
+        if not hasattr(engine, "update_workspace"):
+            return  # not loaded yet: load_models sends every open document once it is
+        key = unquote(uri)
+        if (timer := self._workspace_timers.pop(key, None)) is not None:
+            timer.cancel()
+        if closed:
+            self._workspace_worker.submit(_logged, engine.update_workspace, key, None)
+        else:
+            self._workspace_timers[key] = asyncio.get_running_loop().call_later(
+                WORKSPACE_DEBOUNCE_S, self._send_workspace, engine, key)
+
+    def _send_workspace(self, engine, key: str) -> None:
+        self._workspace_timers.pop(key, None)
+        snap = self.snapshot(key)
+        text = snap.text if snap is not None and len(snap.text) <= MAX_DOCUMENT_CHARS else None
+        self._workspace_worker.submit(_logged, engine.update_workspace, key, text)
+
     def other_documents(self, uri: str) -> list:
         from .prompt import OpenDocument
 
@@ -152,6 +177,16 @@ class CodeCueServer(LanguageServer):
     def position_units(self):
         encoding = self.workspace.position_encoding
         return UNIT_COUNTERS.get(getattr(encoding, "value", encoding) or "utf-16", utf16_units)
+
+
+WORKSPACE_DEBOUNCE_S = 0.5
+
+
+def _logged(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        logger.exception("workspace update failed")
 
 
 def _new_syntax_cache():
@@ -281,6 +316,8 @@ async def load_models(ls: CodeCueServer) -> None:
         return
     ls.completer = completer
     logger.info("model pair %s ready", settings.pair)
+    for uri in list(ls.workspace.text_documents):
+        ls.sync_workspace(uri)
     if progress:
         ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
         ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))
@@ -330,18 +367,21 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def on_open(ls: CodeCueServer, params: lsp.DidOpenTextDocumentParams) -> None:
         ls.update_syntax(params.text_document.uri)
+        ls.sync_workspace(params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def on_change(ls: CodeCueServer, params: lsp.DidChangeTextDocumentParams) -> None:
         if ls.scheduler.supersede(params.text_document.uri) is not None:
             ls.telemetry.count("superseded")
         ls.update_syntax(params.text_document.uri)
+        ls.sync_workspace(params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(ls: CodeCueServer, params: lsp.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.scheduler.supersede(uri)
         ls.typethrough.forget(uri)
+        ls.sync_workspace(uri, closed=True)
         if ls.syntax is not None:
             ls.syntax.close(uri)
 
@@ -367,11 +407,14 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         out["ready"] = ls.ready
         out["load_error"] = ls.load_error
         out["pair"] = ls.settings.pair
+        workspace = getattr(getattr(ls.completer, "engine", None), "workspace", None)
+        out["workspace_documents"] = workspace.count("workspace") if workspace is not None else 0
         return out
 
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
         ls.scheduler.cancel_all()
+        ls._workspace_worker.shutdown(wait=False, cancel_futures=True)
         if ls.completer is not None:
             ls.completer.engine.close()
 

@@ -4,9 +4,13 @@
 
 `tokens` is everything committed so far (prompt + generated). `probs[i]` is the drafter's distribution that
 drafts[i] was sampled from (needed by the exact sampling rule), or None when the draft is deterministic.
+`source` says where a draft came from ("draft" model; lookup in the "prompt", an open document ("workspace") or
+the session's earlier completions ("history")); the auto policy keeps acceptance per source. The timing fields
+let the policy learn what drafting costs on this machine.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,8 +25,17 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     probs: list[torch.Tensor | None] = field(default_factory=list)
     source: str = "none"
-    seconds: float = 0.0
-    passes: int = 0
+    passes: int = 0  # draft model forward calls (catch-up included)
+    steps: int = 0  # of which one-token steps: what a draft token costs
+    step_seconds: float = 0.0
+    catchup_tokens: int = 0  # committed tokens the draft model had not seen yet, fed in one call
+    catchup_seconds: float = 0.0
+    lookup_seconds: float = 0.0
+
+    def cut(self, n: int) -> "Draft":
+        """Keep the first n drafted tokens (a draft's prefix is still a valid draft)."""
+        self.tokens, self.probs = self.tokens[:n], self.probs[:n]
+        return self
 
 
 class NoDrafter:
@@ -34,21 +47,34 @@ class NoDrafter:
 
 
 class LookupDrafter:
-    """Model-free prompt lookup: find the latest earlier occurrence of the last n tokens (n from max_ngram down to
-    min_ngram) and propose what followed it. Code repeats itself, and the FIM suffix often holds what comes next."""
+    """Model-free lookup: find the latest earlier occurrence of the last n tokens (n from max_ngram down to
+    min_ngram) and propose what followed it. Code repeats itself, and the FIM suffix often holds what comes next.
+    Looks in the committed tokens (prompt + generated) first, then, when given, in the workspace index (open
+    documents, the session's earlier completions), whose longer match wins."""
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2):
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, index=None, index_max_ngram: int = 8,
+                 index_min_ngram: int = 3):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.index, self.index_max_ngram, self.index_min_ngram = index, index_max_ngram, index_min_ngram
 
     def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
-        found = find_continuation(np.asarray(tokens, dtype=np.int64), k, self.max_ngram, self.min_ngram)
-        return Draft(tokens=found, probs=[None] * len(found), source="lookup" if found else "none")
+        started = time.perf_counter()
+        found, length = find_continuation(np.asarray(tokens, dtype=np.int64), k, self.max_ngram, self.min_ngram)
+        source = "prompt"
+        if self.index is not None and k > 0:
+            # Only a match longer than the prompt's is worth it: the prompt is the most local context.
+            hit = self.index.query(tokens, self.index_max_ngram, k, max(self.index_min_ngram, length + 1))
+            if hit is not None and hit.tokens:
+                found, source = hit.tokens, hit.source
+        return Draft(tokens=found, probs=[None] * len(found), source=source if found else "none",
+                     lookup_seconds=time.perf_counter() - started)
 
 
-def find_continuation(arr: np.ndarray, k: int, max_ngram: int, min_ngram: int) -> list[int]:
+def find_continuation(arr: np.ndarray, k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int]:
+    """(up to k tokens after the latest earlier match of arr's last n tokens, n); ([], 0) when nothing matches."""
     if k <= 0:
-        return []
+        return [], 0
     for n in range(min(max_ngram, len(arr) - 1), min_ngram - 1, -1):
         pattern = arr[-n:]
         windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # every earlier n-gram start
@@ -57,8 +83,8 @@ def find_continuation(arr: np.ndarray, k: int, max_ngram: int, min_ngram: int) -
         for start in hits[::-1]:
             follow = arr[start + n: start + n + k]
             if len(follow):
-                return follow.tolist()
-    return []
+                return follow.tolist(), n
+    return [], 0
 
 
 class ModelDrafter:
@@ -87,8 +113,14 @@ class ModelDrafter:
             self.cache.truncate(len(tokens) - 1)
             pending = tokens[-1:]
         while len(draft.tokens) < k and not cancelled():
+            started = time.perf_counter()
             logits = self.cache.forward(pending, logits="last")[-1]
+            seconds = time.perf_counter() - started
             draft.passes += 1
+            if len(pending) == 1:
+                draft.steps, draft.step_seconds = draft.steps + 1, draft.step_seconds + seconds
+            else:
+                draft.catchup_tokens, draft.catchup_seconds = len(pending), seconds
             if self.temperature > 0:
                 probs = warp(logits, self.temperature, self.top_p)
                 token = sample(probs, self.generator)
@@ -111,9 +143,16 @@ class HybridDrafter:
     match yields one token, where the draft model's proposal would have yielded several."""
     name = "hybrid"
 
-    def __init__(self, lookup: LookupDrafter, model: ModelDrafter):
+    def __init__(self, lookup: LookupDrafter, model: ModelDrafter, model_k=None):
         self.lookup, self.model = lookup, model
+        # Under "auto" the policy sizes the two drafts apart (a lookup match is often worth a longer draft than
+        # the model's guesses): model_k() gives the model's K (within the request's budget); otherwise both get k.
+        self.model_k = model_k
 
     def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
         draft = self.lookup.propose(tokens, k, cancelled)
-        return draft if draft.tokens else self.model.propose(tokens, k, cancelled)
+        if draft.tokens:
+            return draft
+        model_draft = self.model.propose(tokens, self.model_k() if self.model_k else k, cancelled)
+        model_draft.lookup_seconds = draft.lookup_seconds
+        return model_draft

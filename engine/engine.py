@@ -11,9 +11,11 @@ from typing import Callable
 import torch
 
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
-from .kvcache import TrackedCache
+from .kvcache import TrackedCache, common_prefix_length
 from .models import LoadedPair
+from .policy import GainPolicy, PassCosts
 from .speculative import SpeculationController, generate
+from .suffix_index import SEPARATOR, SuffixIndex
 from .types import CancelToken, CompletionRequest, CompletionResult
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,14 @@ class Session:
     target: TrackedCache
     draft: TrackedCache | None
     controllers: dict[str, SpeculationController] = field(default_factory=dict)
+    policy: GainPolicy | None = None  # drafter "auto"
+    history: list[int] = field(default_factory=list)  # earlier completions, SEPARATOR between them
+
+
+DRAFTERS = ("auto", "none", "draft", "lookup", "hybrid")
+HISTORY_TOKENS = 4096  # per session; older completions fall off the front
+HISTORY_CONTEXT = 8  # prompt tokens kept before each completion, so that a retyped prefix finds it
+WORKSPACE_PIECE_CHARS = 16_384
 
 
 class Engine:
@@ -42,6 +52,15 @@ class Engine:
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-engine")
+        # Open documents and earlier completions, for lookup drafts.
+        self.workspace = SuffixIndex()
+        # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
+        # shared by all sessions (a machine property), while acceptance is per session.
+        calibrated = getattr(pair, "costs", None)  # a policy.PassCosts from engine/calibrate.py, or None
+        self.costs = PassCosts()
+        if calibrated is not None:
+            self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
+                                   draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None))
 
     # --- text <-> tokens -----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -55,6 +74,25 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
+    # --- workspace -------------------------------------------------------------------------------------------------
+    def update_workspace(self, key: str, text: str | None) -> None:
+        """Add, replace (text) or remove (None) a document of the lookup drafter's workspace index. Any thread: it
+        tokenizes under the tokenizer lock and swaps the document in without stopping a running completion."""
+        if text is None:
+            self.workspace.remove(key)
+            return
+        # In pieces that end at a line break: each holds the tokenizer lock only briefly, so a completion that is
+        # decoding meanwhile is not held up by a large file. (A token across a piece boundary may split
+        # differently; drafts from it are merely less likely to be accepted.)
+        tokens: list[int] = []
+        start = 0
+        while start < len(text):
+            end = text.find("\n", start + WORKSPACE_PIECE_CHARS)
+            end = len(text) if end < 0 else end + 1
+            tokens += self.encode(text[start:end])
+            start = end
+        self.workspace.add(key, tokens, source="workspace")
+
     # --- requests --------------------------------------------------------------------------------------------------
     def submit(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
                on_tokens: Callable[[list[int], str], None] | None = None) -> Future:
@@ -66,17 +104,17 @@ class Engine:
         with self._lock, torch.inference_mode():
             session = self._session(request.session)
             drafter_name = self._available_drafter(request.drafter)
-            controller = session.controllers.setdefault(
-                drafter_name, SpeculationController(max_k=request.max_draft_tokens))
-            controller.max_k = request.max_draft_tokens
-            controller.adaptive = request.adaptive_k
+            controller = self._controller(drafter_name, session, request)
             drafter = self._drafter(drafter_name, session, request)
             try:
-                return generate(session.target, drafter, controller, request, self.decode, self.stop_token_ids,
-                                cancel_token, on_tokens)
+                result = generate(session.target, drafter, controller, request, self.decode, self.stop_token_ids,
+                                  cancel_token, on_tokens)
             except BaseException:
                 self.sessions.pop(request.session, None)  # never reuse caches a failure may have left half-written
                 raise
+            if request.session is not None and result.token_ids:
+                self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
+            return result
 
     def close(self) -> None:
         self._worker.shutdown(wait=True, cancel_futures=True)
@@ -105,18 +143,48 @@ class Engine:
     def _available_drafter(self, name: str) -> str:
         if name in ("draft", "hybrid") and self.pair.draft is None:
             return "lookup"  # no draft model loaded: the model-free drafter still helps
-        if name not in ("none", "draft", "lookup", "hybrid"):
-            raise ValueError(f"unknown drafter {name!r} (none, draft, lookup, hybrid)")
+        if name not in DRAFTERS:
+            raise ValueError(f"unknown drafter {name!r} ({', '.join(DRAFTERS)})")
         return name
 
+    def _controller(self, name: str, session: Session, request: CompletionRequest):
+        if name == "auto":
+            if session.policy is None:
+                draft_cache = session.draft
+                lag = (lambda tokens: len(tokens) - common_prefix_length(draft_cache.ids, tokens)) \
+                    if draft_cache is not None else None
+                session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag)
+            session.policy.max_k = request.max_draft_tokens
+            return session.policy
+        controller = session.controllers.setdefault(name, SpeculationController(max_k=request.max_draft_tokens))
+        controller.max_k = request.max_draft_tokens
+        controller.adaptive = request.adaptive_k
+        return controller
+
+    def _auto_choices(self) -> tuple[str, ...]:
+        return ("none", "lookup", "draft", "hybrid") if self.pair.draft is not None else ("none", "lookup")
+
+    def _remember(self, key: str, session: Session, prompt: list[int], generated: list[int]) -> None:
+        """Add a finished completion (with the prompt tokens just before it) to the session's history document."""
+        session.history += [SEPARATOR] + prompt[-HISTORY_CONTEXT:] + generated
+        del session.history[:-HISTORY_TOKENS]
+        self.workspace.add(f"history:{key}", session.history, source="history")
+
     def _drafter(self, name: str, session: Session, request: CompletionRequest):
+        if name == "auto":  # every choice the policy may make, built once per request
+            return {choice: self._drafter(choice, session, request) for choice in self._auto_choices()}
         if name == "none":
             return NoDrafter()
         if name == "lookup":
-            return LookupDrafter()
+            return LookupDrafter(index=self.workspace)
         generator = torch.Generator().manual_seed(request.seed + 1) if request.seed is not None else None
         # Pinned K (adaptive_k=False) drafts exactly K tokens: no early stop on low draft confidence.
         min_confidence = 0.3 if request.adaptive_k else 0.0
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
                              min_confidence)
-        return model if name == "draft" else HybridDrafter(LookupDrafter(min_ngram=3), model)
+        if name == "draft":
+            return model
+        if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself
+            return HybridDrafter(LookupDrafter(index=self.workspace), model, lambda: session.policy.model_k)
+        # On its own, hybrid demands a 3-token lookup match: a weak one would displace the model's longer draft.
+        return HybridDrafter(LookupDrafter(min_ngram=3, index=self.workspace), model)

@@ -4,6 +4,11 @@ Invariant: the target's cache holds every committed token but the last one, whic
 feeds [pending] + K drafted tokens, so one weight load scores K+1 positions. The drafts that match are kept, the
 target's own token at the first mismatch (or its bonus token when all K match) becomes the new pending token, and
 the cache is cut back to the kept tokens. With K = 0 this is plain target-alone decoding.
+
+Which drafter drafts and how many tokens is the controller's business: before each pass the loop asks it for
+(drafter, K) and may let it shorten the draft; after the pass it reports what was accepted and what the pass cost.
+`SpeculationController` drives one fixed drafter with adaptive K; `policy.GainPolicy` (drafter "auto") picks among
+several by expected tokens per second.
 """
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from .drafters import Draft
 from .kvcache import TrackedCache
 from .sampling import accept_greedy, accept_sampled
 from .types import CancelToken, CompletionRequest, CompletionResult, CompletionStats
+
+
+ONE_DRAFTER = "fixed"  # the name a single drafter goes by
 
 
 @dataclass
@@ -35,6 +43,16 @@ class SpeculationController:
     observed_passes: int = field(default=0)
 
     adaptive: bool = True
+
+    # The controller interface the loop uses (GainPolicy has the same three methods).
+    def choose(self, tokens: list[int], max_k: int) -> tuple[str, int]:
+        return ONE_DRAFTER, self.next_k(max_k)
+
+    def review(self, draft: Draft) -> Draft:
+        return draft
+
+    def report(self, drafter: str, draft: Draft, accepted: int, verify_seconds: float) -> None:
+        self.update(len(draft.tokens), accepted)
 
     def next_k(self, max_k: int) -> int:
         if max_k <= 0:
@@ -64,9 +82,11 @@ class SpeculationController:
             self.enabled = True
 
 
-def generate(target: TrackedCache, drafter, controller: SpeculationController, request: CompletionRequest,
+def generate(target: TrackedCache, drafter, controller, request: CompletionRequest,
              decode: Callable[[list[int]], str], stop_token_ids: set[int], cancel: CancelToken | None = None,
              on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
+    """drafter: one drafter, or {name: drafter} for a controller that picks among them."""
+    drafters = drafter if isinstance(drafter, dict) else {ONE_DRAFTER: drafter}
     cancel = cancel or CancelToken()
     stats = CompletionStats(prompt_tokens=len(request.prompt_ids))
     generator = torch.Generator().manual_seed(request.seed) if request.seed is not None else None
@@ -92,9 +112,10 @@ def generate(target: TrackedCache, drafter, controller: SpeculationController, r
         if cancel.is_set():
             return finish("cancelled")
         # Never draft past max_new_tokens: the pass itself adds one token of the target's.
-        k = controller.next_k(request.max_new_tokens - len(generated) - 1)
+        name, k = controller.choose(tokens, request.max_new_tokens - len(generated) - 1)
         t0 = time.perf_counter()
-        draft = drafter.propose(tokens, k, cancel.is_set) if k > 0 else Draft()
+        draft = drafters[name].propose(tokens, k, cancel.is_set) if k > 0 else Draft()
+        draft = controller.review(draft)  # e.g. shorten a lookup draft from a source that is rarely right
         stats.seconds_draft += time.perf_counter() - t0
         stats.draft_passes += draft.passes
         if cancel.is_set():
@@ -109,11 +130,10 @@ def generate(target: TrackedCache, drafter, controller: SpeculationController, r
         else:
             n, next_token = accept_greedy(logits, draft.tokens)
         target.truncate(len(tokens) + n)  # drop the rejected drafts' keys and values
-        stats.seconds_verify += time.perf_counter() - t0
-        stats.target_passes += 1
-        stats.drafted += len(draft.tokens)
-        stats.accepted += n
-        controller.update(len(draft.tokens), n)
+        verify_seconds = time.perf_counter() - t0
+        controller.report(name, draft, n, verify_seconds)
+        label = request.drafter if name == ONE_DRAFTER else name
+        stats.count_pass(label, draft.source, len(draft.tokens), n, verify_seconds)
 
         new = draft.tokens[:n] + [next_token]
         tokens = tokens + new

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
 FinishReason = Literal["eos", "stop", "length", "cancelled"]
-DrafterName = Literal["none", "draft", "lookup", "hybrid"]
+# "auto" picks among the others pass by pass, by expected tokens per second on this machine (engine/policy.py).
+DrafterName = Literal["auto", "none", "draft", "lookup", "hybrid"]
 
 
 class CancelToken:
@@ -32,9 +33,9 @@ class CompletionRequest:
     # Called with the decoded text generated so far; True ends generation with finish_reason "stop".
     stop: Callable[[str], bool] | None = None
     session: str | None = None  # e.g. the document URI: KV caches are reused between requests of one session
-    drafter: DrafterName = "hybrid"
+    drafter: DrafterName = "auto"
     max_draft_tokens: int = 8  # upper bound for adaptive K
-    adaptive_k: bool = True  # False pins K = max_draft_tokens and keeps drafting on (tests, K sweeps)
+    adaptive_k: bool = True  # False pins K = max_draft_tokens and keeps drafting on (explicit drafters only)
 
 
 @dataclass
@@ -51,6 +52,19 @@ class CompletionStats:
     seconds_verify: float = 0.0
     seconds_total: float = 0.0
     speculation_enabled: bool = True  # False when the session's acceptance collapsed and drafting was switched off
+    passes_by_drafter: dict[str, int] = field(default_factory=dict)  # target passes by the drafter chosen for them
+    drafted_by_source: dict[str, int] = field(default_factory=dict)  # "draft", "prompt", "workspace", "history"
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+
+    def count_pass(self, drafter: str, source: str, drafted: int, accepted: int, verify_seconds: float) -> None:
+        self.target_passes += 1
+        self.seconds_verify += verify_seconds
+        self.drafted += drafted
+        self.accepted += accepted
+        self.passes_by_drafter[drafter] = self.passes_by_drafter.get(drafter, 0) + 1
+        if drafted:
+            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + drafted
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
 
     @property
     def mean_accepted(self) -> float:

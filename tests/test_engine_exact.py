@@ -116,3 +116,48 @@ def test_cancel_before_start_returns_cancelled_without_tokens(engines):
     token.set()
     result = engines["random"].complete(CompletionRequest(random_prompt(1), MAX_NEW), token)
     assert result.finish_reason == "cancelled" and result.token_ids == []
+
+
+# --- lookup drafts from the workspace index (open documents, earlier completions) --------------------------------
+def test_workspace_drafts_equal_target_alone_whether_right_or_wrong(references):
+    for drafter in ("lookup", "auto"):
+        for truth in ("right", "wrong"):
+            engine = tiny_engine("random")
+            for (seed, repeat), ref in references.items():
+                prompt = random_prompt(seed, repeat=repeat)
+                # Another open file holds the prompt's last tokens and then the answer (or a wrong one).
+                follow = ref if truth == "right" else [(t + 1) % 384 or 9 for t in ref]
+                engine.workspace.add(f"file:///other{seed}.py", prompt[-10:] + follow)
+                result = engine.complete(CompletionRequest(prompt, MAX_NEW, drafter=drafter))
+                assert result.token_ids == ref, (drafter, truth, seed, repeat)
+                if drafter == "lookup" and truth == "right" and not repeat:
+                    assert result.stats.drafted_by_source.get("workspace", 0) >= len(ref) // 2
+                    assert result.stats.accepted_by_source["workspace"] == result.stats.drafted_by_source["workspace"]
+                if drafter == "lookup" and truth == "wrong" and not repeat:
+                    assert result.stats.drafted_by_source.get("workspace", 0) > 0
+                    assert result.stats.accepted_by_source["workspace"] == 0
+
+
+def test_a_sessions_earlier_completions_become_history_drafts(references):
+    engine = tiny_engine("random")
+    (seed, repeat), ref = max(((key, ref) for key, ref in references.items() if not key[1]), key=lambda kv: len(kv[1]))
+    prompt = random_prompt(seed, repeat=repeat)
+    first = engine.complete(CompletionRequest(prompt, MAX_NEW, session="doc", drafter="lookup"))
+    assert first.token_ids == ref and "history" not in first.stats.drafted_by_source
+    assert engine.workspace.tokens("history:doc")[-len(ref):] == ref
+    again = engine.complete(CompletionRequest(prompt, MAX_NEW, session="doc", drafter="lookup"))
+    assert again.token_ids == ref
+    accepted = again.stats.accepted_by_source["history"]
+    assert accepted == again.stats.drafted_by_source["history"] >= len(ref) - again.stats.target_passes
+    assert len(ref) == MAX_NEW and again.stats.target_passes < len(ref) // 2
+
+
+def test_update_workspace_tokenizes_replaces_and_removes():
+    engine = tiny_engine("none")
+    engine.update_workspace("file:///a.py", "def add(a, b):\n    return a + b\n")
+    assert engine.workspace.tokens("file:///a.py") == engine.encode("def add(a, b):\n    return a + b\n")
+    engine.update_workspace("file:///a.py", "x = 1\n")
+    assert engine.workspace.tokens("file:///a.py") == engine.encode("x = 1\n")
+    engine.update_workspace("file:///a.py", None)
+    assert "file:///a.py" not in engine.workspace
+    engine.update_workspace("file:///never-opened.py", None)  # removing an unknown document is fine

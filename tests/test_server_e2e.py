@@ -242,3 +242,23 @@ async def test_malformed_inputs_get_an_error_or_an_empty_list(client):
     # Still serving.
     assert (await stats(client))["ready"]
     assert isinstance(items_of(await complete(client, uri, 1, 0)), list)
+
+
+async def wait_for_workspace_documents(client, predicate, timeout: float = 10.0) -> int:
+    for _ in range(int(timeout / 0.1)):
+        count = (await stats(client))["workspace_documents"]
+        if predicate(count):
+            return count
+        await asyncio.sleep(0.1)
+    pytest.fail(f"workspace_documents stayed at {count}")
+
+
+async def test_open_documents_feed_the_workspace_index_until_closed(client):
+    uri = "file:///work/e2e/workspace.py"
+    await asyncio.sleep(0.6)  # documents opened by earlier tests have been sent by now
+    before = (await stats(client))["workspace_documents"]
+    open_doc(client, uri, DOC)
+    change_doc(client, uri, 2, "# edited\n", start=(0, 0))  # debounced: one update after the pause
+    await wait_for_workspace_documents(client, lambda n: n == before + 1)
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri)))
+    await wait_for_workspace_documents(client, lambda n: n == before)

@@ -1,0 +1,257 @@
+"""Drafting by expected gain (drafter "auto"): per pass, pick the drafter and K that maximise expected tokens per
+second on this machine, from what a pass costs here and how often this session's drafts have been accepted.
+
+With per-token acceptance α and K drafted tokens, a target pass yields E = (1 − α^(K+1)) / (1 − α) tokens on
+average and costs T_verify(K+1) + K·T_draft. Target alone yields 1 token per T_verify(1). Drafting is chosen only
+when it beats that by a margin, so on a machine where drafting does not pay nothing is drafted (apart from rare,
+ever rarer probes that keep the acceptance estimate honest).
+
+Pass costs come from a calibration (`PassCosts`, attached to the loaded pair as `pair.costs`) or from a neutral
+guess, and are refined online from the loop's own timings either way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LOOKUP_SOURCES = ("prompt", "workspace", "history")
+# Without a calibration: the shape of a bandwidth-bound verify pass (ms, K+1 tokens -> about the cost of one),
+# rescaled by the first real timings; and c = draft pass / target pass ≈ 0.4 (0.5B vs 1.5B on CPU).
+NEUTRAL_VERIFY_MS = {1: 100.0, 2: 104.0, 4: 112.0, 8: 135.0, 16: 190.0}
+NEUTRAL_DRAFT_RATIO = 0.4
+NEUTRAL_LOOKUP_MS = 0.2
+NEUTRAL_PREFILL_RATIO = 0.1  # the draft model's catch-up, ms per token ÷ its one-token pass
+PREFILL_MIN_TOKENS = 16  # catch-ups at least this long teach the prefill cost per token
+
+
+@dataclass
+class PassCosts:
+    """What one pass costs on this machine, in milliseconds.
+
+    verify_ms: target pass cost by width (tokens in the pass: 1 = plain decoding, K+1 = verify K drafts); widths
+    in between are interpolated, beyond the largest extrapolated along the last segment.
+    draft_ms: the draft model's one-token pass (None: no draft model, or not measured).
+    draft_prefill_ms: the draft model's prefill, ms per token (None: not measured).
+    The observed_* fields are learned online (exponential moving averages of the loop's own timings); estimates
+    prefer them and rescale the prior's shape to them where a width was never seen."""
+    verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
+    draft_ms: float | None = None
+    draft_prefill_ms: float | None = None
+    observed_verify: dict[int, float] = field(default_factory=dict)
+    observed_draft: float | None = None
+    observed_prefill: float | None = None
+    observed_lookup: float | None = None
+    ema_weight: float = 0.2
+    _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+
+    def verify(self, width: int) -> float:
+        cached = self._verify_cache.get(width)
+        if cached is None:
+            cached = self._verify_cache[width] = interpolate(self._verify_table(), width)
+        return cached
+
+    def _verify_table(self) -> dict[int, float]:
+        prior = self.verify_ms
+        if not self.observed_verify:
+            return prior
+        table = {}
+        for w, ms in prior.items():  # the prior's shape, scaled to match the nearest width measured here
+            near = min(self.observed_verify, key=lambda o: (abs(o - w), o))
+            table[w] = ms * self.observed_verify[near] / interpolate(prior, near)
+        table.update(self.observed_verify)
+        return table
+
+    def draft(self) -> float:
+        if self.observed_draft is not None:
+            return self.observed_draft
+        return self.draft_ms if self.draft_ms is not None else NEUTRAL_DRAFT_RATIO * self.verify(1)
+
+    def prefill(self) -> float:
+        if self.observed_prefill is not None:
+            return self.observed_prefill
+        return self.draft_prefill_ms if self.draft_prefill_ms is not None else NEUTRAL_PREFILL_RATIO * self.draft()
+
+    def lookup(self) -> float:
+        return self.observed_lookup if self.observed_lookup is not None else NEUTRAL_LOOKUP_MS
+
+    def observe_verify(self, width: int, ms: float) -> None:
+        self.observed_verify[width] = self._ema(self.observed_verify.get(width), ms)
+        self._verify_cache.clear()
+
+    def observe_draft(self, ms: float) -> None:
+        self.observed_draft = self._ema(self.observed_draft, ms)
+
+    def observe_prefill(self, ms_per_token: float) -> None:
+        self.observed_prefill = self._ema(self.observed_prefill, ms_per_token)
+
+    def observe_lookup(self, ms: float) -> None:
+        self.observed_lookup = self._ema(self.observed_lookup, ms)
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.ema_weight * (new - old)
+
+
+def interpolate(table: dict[int, float], width: int) -> float:
+    """Piecewise-linear in width; below the smallest width its cost, beyond the largest along the last segment."""
+    points = sorted(table.items())
+    if len(points) == 1:  # one width measured: assume cost grows in proportion (pessimistic for drafting)
+        w, ms = points[0]
+        return ms * max(width, w) / w
+    if width <= points[0][0]:
+        return points[0][1]
+    for (w0, ms0), (w1, ms1) in zip(points, points[1:]):
+        if width <= w1:
+            return ms0 + (ms1 - ms0) * (width - w0) / (w1 - w0)
+    (w0, ms0), (w1, ms1) = points[-2], points[-1]
+    return max(ms1, ms1 + (ms1 - ms0) * (width - w1) / (w1 - w0))
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Mean tokens per target pass: accepted drafts plus the target's own token."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def rate(costs: PassCosts, drafter: str, k: int, alpha: dict[str, float], hit: float, catchup_tokens: int = 0,
+         remaining: int = 64, model_k: int | None = None) -> float:
+    """Expected tokens per millisecond of one pass with this drafter and K.
+
+    lookup: finds a match with probability `hit` (K tokens offered); otherwise the pass is a plain one. hybrid:
+    the same, but a miss falls back to the draft model with model_k tokens. The draft model first catches up on
+    the tokens it has not seen; that cost is spread over the `remaining` tokens of the request."""
+    def model(kk: int) -> tuple[float, float]:  # (tokens, ms) of a pass drafted by the model
+        tokens = expected_tokens(alpha["draft"], kk)
+        catchup_ms = catchup_tokens * costs.prefill() * tokens / max(remaining, 1)
+        return tokens, costs.verify(kk + 1) + kk * costs.draft() + catchup_ms
+
+    plain = (1.0, costs.verify(1))
+    if drafter == "none" or k == 0:
+        tokens, ms = plain
+    elif drafter == "draft":
+        tokens, ms = model(k)
+    elif drafter in ("lookup", "hybrid"):
+        model_k = k if model_k is None else model_k
+        miss_tokens, miss_ms = model(model_k) if drafter == "hybrid" and model_k > 0 else plain
+        tokens = hit * expected_tokens(alpha["lookup"], k) + (1 - hit) * miss_tokens
+        ms = costs.lookup() + hit * costs.verify(k + 1) + (1 - hit) * miss_ms
+    else:
+        raise ValueError(f"unknown drafter {drafter!r}")
+    return tokens / ms
+
+
+@dataclass
+class Choice:
+    drafter: str
+    k: int  # tokens to ask the drafter for (for lookup and hybrid: the lookup's)
+    model_k: int  # tokens the draft model drafts when it drafts (hybrid: after a lookup miss)
+    rate: float  # expected tokens per ms
+
+
+def best_choice(costs: PassCosts, drafters, max_k: int, alpha: dict[str, float], hit: float,
+                catchup_tokens: int = 0, remaining: int = 64, margin: float = 1.05) -> Choice:
+    """The (drafter, K) with the highest expected rate; drafting must beat target alone by `margin`.
+
+    Two decisions, each conditional on what the pass finds: does the draft model beat plain decoding where the
+    lookup finds nothing (its K on its own), and is a lookup first worth its cost given how often it hits.
+    (Not one rate over a blend of hits and misses: matches come in runs, where the text repeats, so a miss says
+    "here the text is new", and there the model is the only help.)"""
+    plain = rate(costs, "none", 0, alpha, hit)
+    best = Choice("none", 0, 0, plain)
+    if "draft" in drafters:
+        for k in range(1, max_k + 1):
+            r = rate(costs, "draft", k, alpha, hit, catchup_tokens, remaining)
+            if r > max(best.rate, plain * margin):
+                best = Choice("draft", k, k, r)
+    lookup = "hybrid" if best.drafter == "draft" and "hybrid" in drafters else "lookup"
+    if lookup in drafters:
+        floor = max(best.rate, plain * margin)
+        for k in range(1, max_k + 1):
+            r = rate(costs, lookup, k, alpha, hit, catchup_tokens, remaining, best.model_k)
+            if r > floor:
+                best, floor = Choice(lookup, k, best.model_k, r), r
+    return best
+
+
+class GainPolicy:
+    """One session's drafting policy: asked for (drafter, K) before each pass, told what happened after it.
+
+    Acceptance is a per-token estimate per source: every drafted token up to and including the first rejection
+    is one trial (the geometric model behind E), kept as decaying counts seeded optimistically so that drafting
+    gets tried. When the policy settles on target alone it still probes a drafter now and then, with K = 2 and
+    with the gap between probes doubling each time, so a session whose drafts are never accepted does O(log n)
+    probe passes."""
+
+    def __init__(self, costs: PassCosts, drafters=("none", "lookup", "draft", "hybrid"), max_k: int = 8,
+                 draft_lag=None, seed_alpha: float = 0.8, decay: float = 0.9, probe_every: int = 8,
+                 max_probe_every: int = 512):
+        self.costs, self.drafters, self.max_k = costs, tuple(drafters), max_k
+        self.draft_lag = draft_lag  # tokens -> how many of them the draft model has not seen yet
+        self.decay = decay
+        self.trials = {s: [2 * seed_alpha, 2.0] for s in ("draft", "lookup", *LOOKUP_SOURCES)}  # [accepted, tried]
+        self.hits = [0.5, 1.0]  # decaying count of lookup calls that found a match, of calls
+        self.min_probe_every, self.max_probe_every = probe_every, max_probe_every
+        self.probe_every, self.since_drafting = probe_every, 0
+        self.enabled = True  # False while the policy prefers target alone
+        self.probes = 0
+        self.model_k = 0  # the draft model's K in the pass just chosen (hybrid: its K after a lookup miss)
+
+    def alpha(self, source: str) -> float:
+        accepted, tried = self.trials[source]
+        return accepted / tried
+
+    def hit_rate(self) -> float:
+        return self.hits[0] / self.hits[1]
+
+    def choose(self, tokens: list[int], max_k: int) -> tuple[str, int]:
+        if max_k <= 0:
+            return "none", 0
+        remaining, max_k = max_k + 1, min(max_k, self.max_k)
+        alpha = {"draft": self.alpha("draft"), "lookup": self.alpha("lookup")}
+        lag = self.draft_lag(tokens) if self.draft_lag and any(d in ("draft", "hybrid") for d in self.drafters) else 0
+        choice = best_choice(self.costs, self.drafters, max_k, alpha, self.hit_rate(), lag, remaining)
+        self.enabled = choice.drafter != "none"
+        if self.enabled:
+            self.since_drafting, self.probe_every = 0, self.min_probe_every
+        else:
+            self.since_drafting += 1
+            if self.since_drafting < self.probe_every:
+                return "none", 0
+            # Probe what would pay best if its drafts were mostly right; never what could not pay even then.
+            hopeful = {"draft": 0.9, "lookup": 0.9}
+            choice = best_choice(self.costs, self.drafters, min(max_k, 2), hopeful, max(self.hit_rate(), 0.5),
+                                 lag, remaining)
+            self.since_drafting, self.probe_every = 0, min(2 * self.probe_every, self.max_probe_every)
+            self.probes += choice.drafter != "none"
+        self.model_k = choice.model_k
+        return choice.drafter, choice.k
+
+    def review(self, draft):
+        """Cut a lookup draft to the length its own source's acceptance pays for (at least one token: the
+        source's acceptance must keep being measured; the drafter choice itself already paid off on average)."""
+        if draft.source not in LOOKUP_SOURCES or len(draft.tokens) <= 1:
+            return draft
+        alpha = self.alpha(draft.source)
+        best = max(range(1, len(draft.tokens) + 1),
+                   key=lambda k: expected_tokens(alpha, k) / self.costs.verify(k + 1))
+        return draft.cut(best)
+
+    def report(self, drafter: str, draft, accepted: int, verify_seconds: float) -> None:
+        self.costs.observe_verify(len(draft.tokens) + 1, 1000.0 * verify_seconds)
+        steps, step_seconds = draft.steps, draft.step_seconds
+        if draft.catchup_tokens >= PREFILL_MIN_TOKENS:
+            self.costs.observe_prefill(1000.0 * draft.catchup_seconds / draft.catchup_tokens)
+        elif draft.catchup_tokens:  # a short catch-up costs about one step (the pass is bandwidth-bound)
+            steps, step_seconds = steps + 1, step_seconds + draft.catchup_seconds
+        if steps:
+            self.costs.observe_draft(1000.0 * step_seconds / steps)
+        if drafter in ("lookup", "hybrid"):
+            self.costs.observe_lookup(1000.0 * draft.lookup_seconds)
+            found = draft.source in LOOKUP_SOURCES
+            self.hits = [self.decay * self.hits[0] + found, self.decay * self.hits[1] + 1]
+        if draft.tokens:
+            tried = accepted + (accepted < len(draft.tokens))
+            sources = [draft.source] + (["lookup"] if draft.source in LOOKUP_SOURCES else [])
+            for source in sources:
+                if source in self.trials:
+                    old = self.trials[source]
+                    self.trials[source] = [self.decay * old[0] + accepted, self.decay * old[1] + tried]

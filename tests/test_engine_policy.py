@@ -1,0 +1,230 @@
+"""Drafting by expected gain (drafter "auto"): the gain model, the policy's learning and probing, and exactness of
+the auto drafter on the tiny fp32 pair."""
+import math
+
+import pytest
+
+from engine import CompletionRequest
+from engine.drafters import Draft, NoDrafter
+from engine.kvcache import TrackedCache
+from engine.policy import GainPolicy, PassCosts, best_choice, expected_tokens, interpolate, rate
+from engine.speculative import generate
+from engine_helpers import STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model
+
+ALL = ("none", "lookup", "draft", "hybrid")
+FLAT = {1: 100.0, 2: 101.0, 4: 103.0, 8: 108.0, 16: 120.0}  # bandwidth-bound: K+1 tokens cost about one
+STEEP = {1: 40.0, 2: 60.0, 4: 100.0, 8: 200.0, 16: 400.0}  # compute-bound (int4 on 2 cores)
+AVX2_FP32 = {1: 390.0, 5: 1099.0}  # the AVX2-only machine's measured fp32 passes (issue 8)
+
+
+def test_expected_tokens_and_interpolation():
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert math.isclose(expected_tokens(0.5, 2), 1 + 0.5 + 0.25)
+    assert interpolate(FLAT, 1) == 100.0 and interpolate(FLAT, 3) == 102.0 and interpolate(FLAT, 12) == 114.0
+    assert interpolate(STEEP, 24) == 600.0  # beyond the table: along the last segment
+    assert interpolate({1: 50.0}, 3) == 150.0  # one width known: assume proportional (pessimistic)
+
+
+# (verify_ms, draft_ms, drafters, alpha(draft), alpha(lookup), lookup hit rate, expected drafter, K check)
+GAIN_CASES = [
+    ("costly draft, low acceptance", FLAT, 60.0, ("none", "draft"), 0.3, 0.0, 0.0, "none", lambda k: k == 0),
+    ("cheap draft, high acceptance", FLAT, 20.0, ("none", "draft"), 0.85, 0.0, 0.0, "draft", lambda k: 3 <= k <= 8),
+    ("free lookup, high acceptance", FLAT, 60.0, ALL, 0.3, 0.95, 0.9, "lookup", lambda k: k >= 7),
+    ("lookup that never hits", FLAT, 60.0, ("none", "lookup"), 0.3, 0.95, 0.0, "none", lambda k: k == 0),
+    ("steep verify: small K", STEEP, None, ("none", "lookup"), 0.0, 0.9, 1.0, "lookup", lambda k: 1 <= k <= 3),
+    ("hybrid fills lookup misses", FLAT, 5.0, ALL, 0.9, 0.95, 0.5, "hybrid", lambda k: k >= 3),
+    ("lookup misses, draft not good enough", FLAT, 60.0, ALL, 0.3, 0.95, 0.5, "lookup", lambda k: k >= 7),
+    ("draft pays, lookup rarely hits: hybrid", FLAT, 20.0, ALL, 0.8, 0.95, 0.05, "hybrid", lambda k: k >= 1),
+    ("AVX2 fp32: the draft costs more than it saves", AVX2_FP32, 432.0, ("none", "draft"), 0.9, 0.0, 0.0, "none",
+     lambda k: k == 0),
+]
+
+
+@pytest.mark.parametrize("case", GAIN_CASES, ids=[c[0] for c in GAIN_CASES])
+def test_gain_model_picks_the_fastest_choice(case):
+    _, verify, draft_ms, drafters, alpha_draft, alpha_lookup, hit, expected, k_ok = case
+    costs = PassCosts(verify_ms=dict(verify), draft_ms=draft_ms)
+    alpha = {"draft": alpha_draft, "lookup": alpha_lookup}
+    choice = best_choice(costs, drafters, 8, alpha, hit)
+    assert (choice.drafter, k_ok(choice.k)) == (expected, True), choice
+    assert math.isclose(choice.rate, rate(costs, choice.drafter, choice.k, alpha, hit, model_k=choice.model_k))
+    for other in set(drafters) - {"hybrid"}:  # no single drafter does better
+        for other_k in range(1, 9):
+            assert rate(costs, other, other_k, alpha, hit) <= choice.rate + 1e-12
+    if choice.drafter == "hybrid":  # the model's K is its own best where the lookup misses
+        best_alone = max(range(1, 9), key=lambda k: rate(costs, "draft", k, alpha, hit))
+        assert choice.model_k == best_alone
+
+
+def test_draft_model_catch_up_is_charged_to_the_request():
+    costs = PassCosts(verify_ms=dict(FLAT), draft_ms=20.0, draft_prefill_ms=2.0)
+    alpha = {"draft": 0.8, "lookup": 0.0}
+    assert best_choice(costs, ("none", "draft"), 8, alpha, 0.0, catchup_tokens=0, remaining=64).drafter == "draft"
+    # 2,000 prompt tokens the draft model has not seen (4 s) do not pay back over 16 new tokens.
+    assert best_choice(costs, ("none", "draft"), 8, alpha, 0.0, catchup_tokens=2000, remaining=16).drafter == "none"
+
+
+def test_costs_learned_online_rescale_the_prior_and_override_it_where_measured():
+    costs = PassCosts()  # neutral guess: 100 ms for one token
+    assert costs.verify(1) == 100.0 and costs.draft() == 40.0
+    costs.observe_verify(1, 400.0)  # this machine is 4x slower than the guess
+    assert costs.verify(1) == 400.0 and math.isclose(costs.verify(8), 4 * 135.0)
+    assert costs.draft() == 160.0  # the neutral draft ratio follows
+    costs.observe_verify(5, 1100.0)
+    assert costs.verify(5) == 1100.0 and 400.0 < costs.verify(3) < 1100.0
+    for _ in range(30):
+        costs.observe_verify(1, 200.0)
+    assert abs(costs.verify(1) - 200.0) < 1.0  # an EMA: follows a change
+    costs.observe_draft(30.0)
+    assert costs.draft() == 30.0
+
+
+class FrozenCosts(PassCosts):
+    """Costs that ignore the loop's timings, so a test's outcome does not depend on how fast the machine is."""
+
+    def observe_verify(self, width, ms): pass
+    def observe_draft(self, ms): pass
+    def observe_prefill(self, ms): pass
+    def observe_lookup(self, ms): pass
+
+
+def simulate(policy, passes, accept):
+    """Drive a policy the way the loop does; accept(drafter, k) -> accepted tokens. Returns the drafting passes."""
+    drafting = []
+    for i in range(passes):
+        drafter, k = policy.choose([1, 2, 3], 1000)
+        if k:
+            source = "prompt" if drafter == "lookup" else "draft"
+            draft = Draft(tokens=[9] * k, probs=[None] * k, source=source)
+            policy.report(drafter, draft, accept(drafter, k), 0.1)
+            drafting.append(i)
+        else:
+            policy.report("none", Draft(), 0, 0.1)
+    return drafting
+
+
+def test_never_accepted_drafting_switches_off_with_log_many_probes():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(FLAT), draft_ms=10.0), ("none", "draft"))
+    drafting = simulate(policy, 2000, lambda d, k: 0)
+    assert not policy.enabled
+    assert len(drafting) <= 14  # a few tries at first, then probes with a doubling gap
+    assert policy.probes >= 3  # but it does keep probing
+    assert all(b - a >= 8 for a, b in zip(drafting[5:], drafting[6:]))
+
+
+def test_drafting_that_starts_paying_is_found_again_by_a_probe():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(FLAT), draft_ms=10.0), ("none", "draft"))
+    simulate(policy, 100, lambda d, k: 0)
+    assert not policy.enabled
+    drafting = simulate(policy, 300, lambda d, k: k)  # now every draft is right
+    assert policy.enabled and len(drafting) > 200
+
+
+def test_drafting_that_cannot_pay_is_never_tried():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(AVX2_FP32), draft_ms=432.0), ("none", "draft"))
+    assert simulate(policy, 500, lambda d, k: k) == [] and policy.probes == 0
+
+
+def test_review_cuts_a_lookup_draft_to_what_its_source_pays_for():
+    costs = FrozenCosts(verify_ms=dict(STEEP))
+    policy = GainPolicy(costs, ALL)
+    policy.trials["history"] = [0.0, 10.0]  # history drafts are never right
+    policy.trials["workspace"] = [9.9, 10.0]
+    assert len(policy.review(Draft(tokens=[5] * 8, probs=[None] * 8, source="history")).tokens) == 1
+    assert len(policy.review(Draft(tokens=[5] * 8, probs=[None] * 8, source="workspace")).tokens) >= 2
+    assert len(policy.review(Draft(tokens=[5] * 8, probs=[None] * 8, source="draft")).tokens) == 8
+
+
+def test_acceptance_is_kept_per_source():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(FLAT)), ALL)
+    for _ in range(20):
+        policy.report("lookup", Draft(tokens=[1] * 4, probs=[None] * 4, source="workspace"), 4, 0.1)
+        policy.report("lookup", Draft(tokens=[1] * 4, probs=[None] * 4, source="history"), 0, 0.1)
+    assert policy.alpha("workspace") > 0.95 and policy.alpha("history") < 0.05
+    assert 0.6 < policy.alpha("lookup") < 0.9  # 4 of 5 trials per pair of passes
+    assert policy.alpha("draft") == 0.8  # untouched: still its seed
+    assert policy.hit_rate() > 0.95
+
+
+# --- the auto drafter in the engine: exact, whatever it chooses ----------------------------------------------------
+MAX_NEW = 24
+PROMPTS = [(1, False), (3, True), (7, False), (12, True)]
+
+
+@pytest.fixture(scope="module")
+def references():
+    target = tiny_model(2, 0)
+    return {key: reference_greedy(target, random_prompt(key[0], repeat=key[1]), MAX_NEW) for key in PROMPTS}
+
+
+@pytest.mark.parametrize("draft_model", ["random", "same", "none"])
+def test_auto_equals_target_alone(references, draft_model):
+    engine = tiny_engine(draft_model)
+    for session in (None, "doc"):  # one-off requests, and a session whose policy learns across requests
+        for (seed, repeat), ref in references.items():
+            result = engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, session=session))
+            assert result.token_ids == ref, (draft_model, session, seed, repeat)
+            assert sum(result.stats.passes_by_drafter.values()) == result.stats.target_passes
+
+
+class CyclingPolicy(GainPolicy):
+    """Forces every (drafter, K) in turn, whatever pays."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plan = [(d, k) for d in self.drafters for k in ((0,) if d == "none" else (1, 2, 3, 5, 8))]
+        self.turn = 0
+
+    def choose(self, tokens, max_k):
+        drafter, k = self.plan[self.turn % len(self.plan)]
+        self.turn += 1
+        k = min(k, max(max_k, 0))
+        self.model_k = k  # hybrid's model branch, when its lookup misses
+        return drafter, k
+
+
+def test_auto_is_exact_with_the_policy_forced_through_every_choice(references):
+    engine = tiny_engine("random")
+    (seed, repeat), ref = next(iter(references.items()))
+    engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), 4, session="doc"))  # makes the session
+    policy = engine.sessions["doc"].policy
+    engine.sessions["doc"].policy = CyclingPolicy(policy.costs, policy.drafters, 8, policy.draft_lag)
+    used = {}
+    for (seed, repeat), ref in references.items():
+        result = engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, session="doc"))
+        assert result.token_ids == ref, (seed, repeat)
+        for drafter, passes in result.stats.passes_by_drafter.items():
+            used[drafter] = used.get(drafter, 0) + passes
+    assert set(used) == set(ALL) and min(used.values()) >= 4
+
+
+class WrongDrafter:
+    """Always wrong, labelled as a real source so the policy's statistics see it."""
+
+    def __init__(self, model, source):
+        self.inner, self.source = ReferenceDrafter(model, "wrong"), source
+
+    def propose(self, tokens, k, cancelled):
+        draft = self.inner.propose(tokens, k, cancelled)
+        draft.source = self.source
+        return draft
+
+
+def test_a_session_whose_drafts_are_never_accepted_ends_with_drafting_off():
+    target = tiny_model(2, 0)
+    drafters = {"none": NoDrafter(), "lookup": WrongDrafter(target, "prompt"), "draft": WrongDrafter(target, "draft")}
+    # Costs under which drafting would pay handsomely if the drafts were right (verifying 9 tokens costs 8 % more
+    # than one): each drafter is given up only once its acceptance estimate is below ~10 %.
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(FLAT), draft_ms=5.0), tuple(drafters))
+    cache = TrackedCache(target)
+    drafting = []
+    for seed in range(1, 9):  # one session, several requests
+        prompt = random_prompt(seed)
+        result = generate(cache, drafters, policy, CompletionRequest(prompt, MAX_NEW), lambda ids: "",
+                          set(STOP_IDS))
+        assert result.token_ids == reference_greedy(target, prompt, MAX_NEW)
+        assert result.stats.accepted == 0
+        drafting.append(result.stats.target_passes - result.stats.passes_by_drafter.get("none", 0))
+    assert not result.stats.speculation_enabled and not policy.enabled
+    assert sum(drafting) <= 30 and sum(drafting[2:]) <= 5 and policy.probes <= 5, drafting
