@@ -25,7 +25,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="activation dtype (default: auto, measured on this machine)")
     parser.add_argument("--max-tokens", type=int, help="most tokens per completion (default 64)")
     parser.add_argument("--debounce-ms", type=int, help="wait this long for more typing (default 30)")
-    parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default hybrid)")
+    parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default auto: chosen per document by expected tokens per second)")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-file", help="also log to this file (logs never go to stdout)")

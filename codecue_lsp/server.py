@@ -15,7 +15,6 @@ import re
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -29,6 +28,7 @@ from .positions import UNIT_COUNTERS, count_units, cursor_at, item_edit, utf16_u
 from .scheduler import Scheduler, await_engine, debounce
 from .telemetry import Telemetry, event_params
 from .typethrough import TypeThroughCache
+from .workspace_sync import WorkspaceSync
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ class CodeCueServer(LanguageServer):
         self.initialization_options = None
         self.syntax = _new_syntax_cache()
         self._load_task: asyncio.Task | None = None
-        self._workspace_timers: dict[str, asyncio.TimerHandle] = {}
-        self._workspace_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-workspace")
+        self.workspace_sync = WorkspaceSync(self._indexable_text)
 
     @property
     def ready(self) -> bool:
@@ -144,26 +143,12 @@ class CodeCueServer(LanguageServer):
             logger.exception("syntax update failed for %s", uri)
 
     def sync_workspace(self, uri: str, closed: bool = False) -> None:
-        """Keep the engine's lookup index in step with the open documents: a document is sent once the user pauses
-        typing, and tokenized on a worker thread (a large file must not block the event loop); one worker keeps
-        a document's updates and its removal in order."""
-        engine = getattr(self.completer, "engine", None)
-        if not hasattr(engine, "update_workspace"):
-            return  # not loaded yet: load_models sends every open document once it is
-        key = unquote(uri)
-        if (timer := self._workspace_timers.pop(key, None)) is not None:
-            timer.cancel()
-        if closed:
-            self._workspace_worker.submit(_logged, engine.update_workspace, key, None)
-        else:
-            self._workspace_timers[key] = asyncio.get_running_loop().call_later(
-                WORKSPACE_DEBOUNCE_S, self._send_workspace, engine, key)
+        engine, key = getattr(self.completer, "engine", None), unquote(uri)
+        self.workspace_sync.closed(engine, key) if closed else self.workspace_sync.changed(engine, key)
 
-    def _send_workspace(self, engine, key: str) -> None:
-        self._workspace_timers.pop(key, None)
+    def _indexable_text(self, key: str) -> str | None:
         snap = self.snapshot(key)
-        text = snap.text if snap is not None and len(snap.text) <= MAX_DOCUMENT_CHARS else None
-        self._workspace_worker.submit(_logged, engine.update_workspace, key, text)
+        return snap.text if snap is not None and len(snap.text) <= MAX_DOCUMENT_CHARS else None
 
     def other_documents(self, uri: str) -> list:
         from .prompt import OpenDocument
@@ -177,16 +162,6 @@ class CodeCueServer(LanguageServer):
     def position_units(self):
         encoding = self.workspace.position_encoding
         return UNIT_COUNTERS.get(getattr(encoding, "value", encoding) or "utf-16", utf16_units)
-
-
-WORKSPACE_DEBOUNCE_S = 0.5
-
-
-def _logged(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        logger.exception("workspace update failed")
 
 
 def _new_syntax_cache():
@@ -414,7 +389,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
         ls.scheduler.cancel_all()
-        ls._workspace_worker.shutdown(wait=False, cancel_futures=True)
+        ls.workspace_sync.shutdown()
         if ls.completer is not None:
             ls.completer.engine.close()
 
