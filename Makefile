@@ -38,8 +38,13 @@ test-python: models
 test-editors: $(STAMP)
 	VENV=$(CURDIR)/$(VENV) bash editor-clients/test.sh
 
+# On a quiet machine, never in CI: llama.cpp is built once (the peer), then every engine mode next to it on the same
+# GGUF and prompts, and per-keystroke latency of the real server next to llama-server's /infill.
 bench: models
+	bash scripts/build-llama-cpp.sh
 	$(BIN)/codecue-bench engine --pair default --json docs/bench-engine.json
+	$(BIN)/codecue-bench server engine/speculative.py --pair default --keystrokes 16 --cancel-trials 10 \
+		--json docs/bench-server.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,94 +1,197 @@
-"""codecue-bench: speed measured side by side in one process, so ratios hold on a noisy machine.
-
-    codecue-bench engine --pair default [--prompts FILE] [--max-new-tokens 64] [--limit N] --json OUT
-    codecue-bench passes --pair default          # per-pass costs: target for 1..K+1 tokens, draft, ratio c
-    codecue-bench server FILE ...                # LSP keystroke latency (codecue_lsp.bench_server)
-    codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
+"""`codecue-bench engine`: every decoding mode on the same prompts, side by side in one process.
 
 Every mode runs on every prompt before the next prompt starts (interleaved), each on a fresh session so no mode
-profits from another's cache. Times include prefill: that is what a user waits for.
+profits from another's cache. Times include prefill: that is what a user waits for. llama.cpp (`llama_cpp`) is a
+mode like the others when it is built (scripts/build-llama-cpp.sh) or reachable (--llama-server URL): a
+llama-server on the same GGUF files, fed the same prompt token ids, greedy, with its prompt cache on.
 """
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
 import sys
 import time
+from dataclasses import dataclass
 
-MODES = ["target", "speculative", "lookup", "hybrid", "hf_assisted"]
-DRAFTER_OF_MODE = {"target": "none", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid"}
+from engine.models import ModelsError
+
+from . import llama_cpp
+
+# "auto" is CodeCue's default configuration: the drafter chosen by expected gain (engine/policy.py).
+MODES = ["target", "auto", "speculative", "lookup", "hybrid", "hf_assisted", "llama_cpp"]
+DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid"}
+NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted")
+LLAMA_MODES = ("llama_cpp", "llama_cpp_draft")
 
 
-def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int):
-    from .types import CompletionRequest
+@dataclass
+class Run:
+    """One mode on one prompt. decode_* exclude the prompt's prefill (None when the mode cannot split it)."""
+    tokens: list[int]
+    seconds: float
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    decode_tokens: int | None = None
+    stats: object = None  # engine CompletionStats for CodeCue's own modes
+    prompt_evaluated: int | None = None  # llama.cpp: prompt tokens not served from its prompt cache
 
+
+def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int) -> Run:
+    from engine.types import CompletionRequest
+
+    started = time.perf_counter()
     result = engine.complete(CompletionRequest(prompt_ids, max_new_tokens, drafter=DRAFTER_OF_MODE[mode],
                                                max_draft_tokens=k))
-    return result.token_ids, result.stats
+    seconds = time.perf_counter() - started
+    s = result.stats
+    return Run(result.token_ids, seconds, s.seconds_prefill, seconds - s.seconds_prefill, len(result.token_ids), s)
 
 
-def run_hf_assisted(pair, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]):
+def run_hf_assisted(pair, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]) -> Run:
     """The baseline to beat: transformers' own assisted generation with the same draft model."""
     import torch
 
+    started = time.perf_counter()
     with torch.inference_mode():
         out = pair.target.generate(torch.tensor([prompt_ids], device=pair.device), assistant_model=pair.draft,
                                    do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stop_ids,
                                    pad_token_id=stop_ids[0])
+    seconds = time.perf_counter() - started
     ids = out[0, len(prompt_ids):].tolist()
-    for n, token in enumerate(ids):
-        if token in stop_ids:
-            return ids[:n], None
-    return ids, None
+    cut = next((n for n, token in enumerate(ids) if token in stop_ids), len(ids))
+    return Run(ids[:cut], seconds)
+
+
+def run_llama(client, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]) -> Run:
+    answer = llama_cpp.complete(client, prompt_ids, max_new_tokens, set(stop_ids))
+    # Its own timings: prompt_ms is prefill (cache misses only), predicted_ms the decode of predicted_n tokens.
+    return Run(answer.token_ids, answer.seconds, answer.prompt_ms / 1000, answer.predicted_ms / 1000,
+               answer.predicted_n, prompt_evaluated=answer.prompt_n)
+
+
+def pick_modes(args, pair) -> list[str]:
+    """The requested modes, or every mode this machine can run. Without a loaded draft model (the calibration
+    found it does not pay here; --with-draft loads it anyway) the draft-model modes would silently run something
+    else, so they are left out or refused."""
+    if args.modes:
+        modes = args.modes.split(",")
+        unknown = [m for m in modes if m not in MODES + list(LLAMA_MODES)]
+        if unknown:
+            raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES + list(LLAMA_MODES))}")
+        if pair.draft is None and any(m in NEED_DRAFT_MODEL for m in modes):
+            raise ModelsError(f"no draft model loaded (the calibration says it does not pay on this machine): "
+                              f"pass --with-draft to run {', '.join(m for m in modes if m in NEED_DRAFT_MODEL)}")
+        return modes
+    modes = [m for m in MODES if m not in LLAMA_MODES and (pair.draft is not None or m not in NEED_DRAFT_MODEL)]
+    if pair.draft is None:
+        print(f"codecue-bench: no draft model loaded (the calibration says it does not pay here): leaving out "
+              f"{', '.join(NEED_DRAFT_MODEL)}; --with-draft loads it", file=sys.stderr)
+    if not getattr(args, "no_llama_cpp", False) and (getattr(args, "llama_server", None) or llama_ready(pair)):
+        modes.append("llama_cpp")
+    return modes
+
+
+def llama_ready(pair) -> bool:
+    """True when llama-server is built here and the pair's target GGUF is on disk (pairs without a GGUF, such as
+    the tests' tiny pair, have no llama.cpp mode)."""
+    from engine.fetch import gguf_path
+
+    spec = pair.spec
+    return (llama_cpp.server_binary() is not None and spec.target.gguf_file is not None
+            and gguf_path(spec.target).is_file())
+
+
+def start_llama(stack: contextlib.ExitStack, mode: str, args, pair) -> object:
+    """An httpx client to the llama-server of a llama mode; the server (when we start it) stops with the stack."""
+    from engine.fetch import gguf_path
+
+    if mode == "llama_cpp" and getattr(args, "llama_server", None):
+        return stack.enter_context(llama_cpp.http_client(args.llama_server))
+    if llama_cpp.server_binary() is None:
+        raise ModelsError("the llama_cpp modes need llama.cpp: run scripts/build-llama-cpp.sh "
+                          "(or pass --llama-server URL)")
+    target = gguf_path(pair.spec.target)
+    if not target.is_file():
+        raise ModelsError(f"no GGUF for {pair.spec.target.name} at {target}: run `codecue-models fetch`")
+    extra: tuple[str, ...] = ()
+    if mode == "llama_cpp_draft":
+        if pair.spec.draft is None or not gguf_path(pair.spec.draft).is_file():
+            raise ModelsError("llama_cpp_draft needs the pair's draft GGUF: run `codecue-models fetch`")
+        # Draft flags of the pinned llama.cpp (shared/facts.md); K up to args.k, like CodeCue's adaptive K.
+        extra = ("--spec-type", "draft-simple", "-md", str(gguf_path(pair.spec.draft)), "-td",
+                 str(args.threads), "--spec-draft-n-max", str(args.k), "--spec-draft-n-min", "0",
+                 "--spec-draft-p-min", "0.5")
+    server = stack.enter_context(llama_cpp.LlamaServer(target, threads=args.threads, extra_args=extra))
+    return stack.enter_context(llama_cpp.http_client(server.url))
 
 
 def bench_engine(args) -> dict:
-    from .bench_prompts import default_prompts, load_prompts
-    from .engine import Engine
-    from .models import load_pair
+    from engine.engine import Engine
+    from engine.models import load_pair
 
-    pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
+    from .prompts import default_prompts, load_prompts
+
+    # with_draft None: load the draft model only where the calibration says it pays (the default configuration).
+    pair = load_pair(args.pair, device=args.device, dtype=args.dtype,
+                     with_draft=True if getattr(args, "with_draft", False) else None)
     engine = Engine(pair)
     prompts = load_prompts(args.prompts) if args.prompts else default_prompts()
     if args.limit:
         prompts = prompts[: args.limit]
-    modes = args.modes.split(",") if args.modes else MODES
+    modes = pick_modes(args, pair)
     stop_ids = sorted(engine.stop_token_ids)
     totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": True,
-                  "prefill": 0.0, "draft": 0.0} for m in modes}
+                  "prefill": 0.0, "draft": 0.0, "decode_s": 0.0, "decode_tokens": 0, "split": True} for m in modes}
     rows = []
-    warm = engine.encode(engine.fim.format("def add(a, b):\n", "\n"))
-    for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out of timing
-        run_mode(engine, pair, mode, warm, 4, args.k, stop_ids)
+    with contextlib.ExitStack() as stack:  # llama-servers we start are always stopped, whatever happens
+        clients = {m: start_llama(stack, m, args, pair) for m in modes if m in LLAMA_MODES}
 
-    for n, prompt in enumerate(prompts):
-        ids = engine.encode(engine.fim.format(prompt.prefix, prompt.suffix))
-        reference = None
-        row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids)}
-        for mode in modes:
-            started = time.perf_counter()
-            tokens, stats = run_mode(engine, pair, mode, ids, args.max_new_tokens, args.k, stop_ids)
-            seconds = time.perf_counter() - started
-            reference = tokens if mode == "target" else reference
-            t = totals[mode]
-            t["seconds"] += seconds
-            t["new_tokens"] += len(tokens)
-            if stats is not None:
-                t["passes"] += stats.target_passes
-                t["accepted"] += stats.accepted
-                t["drafted"] += stats.drafted
-                t["prefill"] += stats.seconds_prefill
-                t["draft"] += stats.seconds_draft
-            same = reference is None or tokens == reference
-            t["identical"] &= same
-            row[mode] = {"seconds": round(seconds, 3), "tokens": len(tokens), "identical": same}
-            if not same:
-                row[mode]["divergence"] = divergence(pair, ids, reference, tokens)
-        rows.append(row)
-        print(f"[{n + 1}/{len(prompts)}] {prompt.name:32s} " + "  ".join(
-            f"{m} {row[m]['seconds']:.2f}s" for m in modes), file=sys.stderr, flush=True)
-        if n == 0:
-            print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
+        def run_mode(mode, ids, max_new_tokens) -> Run:
+            if mode in clients:
+                return run_llama(clients[mode], ids, max_new_tokens, stop_ids)
+            if mode == "hf_assisted":
+                return run_hf_assisted(pair, ids, max_new_tokens, stop_ids)
+            return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
+
+        warm = engine.encode(engine.fim.format("def add(a, b):\n", "\n"))
+        for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
+            run_mode(mode, warm, 4)
+
+        for n, prompt in enumerate(prompts):
+            ids = engine.encode(engine.fim.format(prompt.prefix, prompt.suffix))
+            reference = None
+            row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids)}
+            for mode in modes:
+                run = run_mode(mode, ids, args.max_new_tokens)
+                reference = run.tokens if mode == "target" else reference
+                t = totals[mode]
+                t["seconds"] += run.seconds
+                t["new_tokens"] += len(run.tokens)
+                if run.decode_s is None:
+                    t["split"] = False
+                else:
+                    t["prefill"] += run.prefill_s
+                    t["decode_s"] += run.decode_s
+                    t["decode_tokens"] += run.decode_tokens
+                if run.stats is not None:
+                    t["passes"] += run.stats.target_passes
+                    t["accepted"] += run.stats.accepted
+                    t["drafted"] += run.stats.drafted
+                    t["draft"] += run.stats.seconds_draft
+                same = reference is None or run.tokens == reference
+                t["identical"] &= same
+                row[mode] = {"seconds": round(run.seconds, 3), "tokens": len(run.tokens), "identical": same}
+                if run.prompt_evaluated is not None:
+                    row[mode]["prompt_evaluated"] = run.prompt_evaluated
+                if not same and mode in clients:
+                    # Another weight format (Q4_K_M): differing is expected; where is enough, without a pass.
+                    row[mode]["first_difference"] = first_difference(reference, run.tokens)
+                elif not same:
+                    row[mode]["divergence"] = divergence(pair, ids, reference, run.tokens)
+            rows.append(row)
+            print(f"[{n + 1}/{len(prompts)}] {prompt.name:32s} " + "  ".join(
+                f"{m} {row[m]['seconds']:.2f}s" for m in modes), file=sys.stderr, flush=True)
+            if n == 0:
+                print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
 
     report = {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "pair": args.pair,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "modes": {},
@@ -96,47 +199,50 @@ def bench_engine(args) -> dict:
     for mode, t in totals.items():
         report["modes"][mode] = {
             "tokens_per_s": t["new_tokens"] / t["seconds"] if t["seconds"] else 0.0,
+            "ms_per_completion": 1000 * t["seconds"] / len(prompts) if prompts else 0.0,
             "seconds": t["seconds"], "new_tokens": t["new_tokens"],
             "mean_accepted": (t["accepted"] + t["passes"]) / t["passes"] if t["passes"] else None,
-            # Without the target's prompt prefill (the same work in every mode): the decoding itself.
-            "decode_tokens_per_s": (t["new_tokens"] / (t["seconds"] - t["prefill"])
-                                    if mode != "hf_assisted" and t["seconds"] > t["prefill"] else None),
-            "seconds_prefill": t["prefill"], "seconds_drafting": t["draft"],
+            # Without the prompt's prefill: the decoding itself (llama.cpp: from its own timings).
+            "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["split"] and t["decode_s"] > 0 else None,
+            "seconds_prefill": t["prefill"] if t["split"] else None, "seconds_drafting": t["draft"],
             "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
+            # llama.cpp computes in Q4_K_M, CodeCue in its own format: equal output is not expected there.
             "identical_to_target": t["identical"]}
-    # Same tokens in every mode (checked above), so a ratio of rates is a ratio of times.
-    for base in ("target", "hf_assisted"):
-        if base in report["modes"]:
-            report[f"speedup_vs_{base}"] = {m: report["modes"][m]["tokens_per_s"] / report["modes"][base]["tokens_per_s"]
-                                            for m in modes if report["modes"][base]["tokens_per_s"]}
+    # Ratios of rates: a mode that writes different tokens (llama.cpp) is compared per token.
+    for base in ("target", "hf_assisted", "llama_cpp"):
+        base_rate = report["modes"].get(base, {}).get("tokens_per_s")
+        if base_rate:
+            report[f"speedup_vs_{base}"] = {m: v["tokens_per_s"] / base_rate for m, v in report["modes"].items()}
+    llama_decode = report["modes"].get("llama_cpp", {}).get("decode_tokens_per_s")
+    if llama_decode:
+        report["decode_speedup_vs_llama_cpp"] = {m: v["decode_tokens_per_s"] / llama_decode
+                                                 for m, v in report["modes"].items() if v["decode_tokens_per_s"]}
     report["pass_costs"] = pass_costs(pair, ids, args.k)
     engine.close()
     return report
 
 
+def first_difference(reference: list[int], tokens: list[int]) -> int:
+    return next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), min(len(reference), len(tokens)))
+
+
 def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[int]) -> dict:
     """Where a mode's output first differs from target-alone, and how close the target's top two choices were
-    there (one-token pass): a near-tie flipped by bf16 rounding in a wider pass, or a real disagreement."""
+    there (one-token pass): a near-tie flipped by rounding in a wider pass, or a real disagreement."""
     import torch
 
-    at = next((i for i, (a, b) in enumerate(zip(reference, tokens)) if a != b), min(len(reference), len(tokens)))
+    at = first_difference(reference, tokens)
     with torch.inference_mode():
         logits = pair.target(input_ids=torch.tensor([prompt_ids + reference[:at]], device=pair.device)).logits[0, -1]
     top = torch.topk(logits.float(), 2)
     return {"position": at, "target_top2_logit_gap": round(float(top.values[0] - top.values[1]), 4)}
 
 
-def run_mode(engine, pair, mode, ids, max_new_tokens, k, stop_ids):
-    if mode == "hf_assisted":
-        return run_hf_assisted(pair, ids, max_new_tokens, stop_ids)
-    return run_own_mode(engine, mode, ids, max_new_tokens, k)
-
-
 def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
     """Milliseconds of one target pass over 1, 2, ..., K+1 new tokens and of one draft pass, after a prefill."""
     import torch
 
-    from .kvcache import TrackedCache
+    from engine.kvcache import TrackedCache
 
     def best_ms(cache, n, logits):
         times = []
@@ -164,15 +270,16 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
 def print_table(report: dict) -> None:
     print(f"\n{report['prompts']} prompts, {report['device']} {report['dtype']}, max {report['max_new_tokens']} "
           f"new tokens, K<={report['k']}")
-    print(f"{'mode':14s} {'tok/s':>7s} {'x target':>9s} {'x hf_assisted':>14s} {'decode tok/s':>13s} "
-          f"{'mean acc':>9s} {'identical':>10s}")
     nan = float("nan")
+    print(f"{'mode':16s} {'tok/s':>7s} {'ms/compl':>9s} {'decode tok/s':>13s} {'x target':>9s} "
+          f"{'x hf_assist':>12s} {'x llama.cpp':>12s} {'mean acc':>9s} {'identical':>10s}")
     for mode, m in report["modes"].items():
-        vs_t = report.get("speedup_vs_target", {}).get(mode)
-        vs_h = report.get("speedup_vs_hf_assisted", {}).get(mode)
-        acc, dec = m["mean_accepted"], m.get("decode_tokens_per_s")
-        print(f"{mode:14s} {m['tokens_per_s']:7.2f} {vs_t or 0:9.2f} {vs_h or 0:14.2f} "
-              f"{dec if dec is not None else nan:13.2f} {acc if acc is not None else nan:9.2f} "
+        ratio = {base: report.get(f"speedup_vs_{base}", {}).get(mode, nan)
+                 for base in ("target", "hf_assisted", "llama_cpp")}
+        acc, dec = m["mean_accepted"], m["decode_tokens_per_s"]
+        print(f"{mode:16s} {m['tokens_per_s']:7.2f} {m['ms_per_completion']:9.0f} "
+              f"{dec if dec is not None else nan:13.2f} {ratio['target']:9.2f} {ratio['hf_assisted']:12.2f} "
+              f"{ratio['llama_cpp']:12.2f} {acc if acc is not None else nan:9.2f} "
               f"{str(m['identical_to_target']):>10s}")
     for row in report.get("per_prompt", []):
         for mode in report["modes"]:
@@ -182,60 +289,3 @@ def print_table(report: dict) -> None:
     if costs:
         print("pass costs (ms): " + ", ".join(f"{k} {v:.1f}" if k != "draft_cost_ratio" else f"c = {v:.2f}"
                                               for k, v in costs.items()))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="codecue-bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    eng = sub.add_parser("engine", help="decode speed of every mode on the same prompts")
-    eng.add_argument("--pair", default="default")
-    eng.add_argument("--prompts", help="JSON lines {name, prefix, suffix}; default: HumanEval holes + repetitive code")
-    eng.add_argument("--max-new-tokens", type=int, default=64)
-    eng.add_argument("--k", type=int, default=8, help="upper bound of the adaptive draft length")
-    eng.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
-    eng.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)}")
-    eng.add_argument("--device")
-    eng.add_argument("--dtype")
-    eng.add_argument("--json", help="write the report here")
-    passes = sub.add_parser("passes", help="per-pass costs of the target and the draft")
-    passes.add_argument("--pair", default="default")
-    passes.add_argument("--k", type=int, default=8)
-    passes.add_argument("--device")
-    passes.add_argument("--dtype")
-    sub.add_parser("server", help="LSP latency per keystroke (see codecue_lsp.bench_server)", add_help=False)
-    sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_lsp.bench_prompt)",
-                   add_help=False)
-    args, rest = parser.parse_known_args(argv)
-
-    from .models import ModelsError
-    try:
-        if args.command == "server":
-            from codecue_lsp.bench_server import main as server_main
-            return server_main(rest)
-        if args.command == "prompt":
-            from codecue_lsp.bench_prompt import main as prompt_main
-            return prompt_main(rest)
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        if args.command == "passes":
-            from .engine import Engine
-            from .models import load_pair
-            pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
-            ids = Engine(pair).encode("def fibonacci(n):\n" * 40)
-            print(json.dumps(pass_costs(pair, ids, args.k), indent=2))
-            return 0
-        report = bench_engine(args)
-    except ModelsError as exc:
-        print(f"codecue-bench: {exc}", file=sys.stderr)
-        return 1
-    print_table(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-        print(f"wrote {args.json}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,7 @@ import time
 
 def holes(count: int) -> list[tuple[str, str, int, int, str]]:
     """(name, document text with the line removed, line, character, removed line's code)."""
-    from engine.bench_prompts import middle_line_holes
+    from .prompts import middle_line_holes
 
     out = []
     for i, problem, solution, j in middle_line_holes(count):
@@ -32,8 +32,8 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int) -> dict:
     from engine.models import load_pair
     from engine.types import CompletionRequest
 
-    from .postprocess import make_stop_predicate, postprocess
-    from .prompt import OpenDocument, PromptBudget, build_prompt
+    from codecue_lsp.postprocess import make_stop_predicate, postprocess
+    from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
 
     engine = Engine(load_pair(pair))
     cases = holes(count)

@@ -1,0 +1,92 @@
+"""codecue-bench: speed measured side by side in one process, so ratios hold on a noisy machine.
+
+    codecue-bench engine --pair default [--prompts FILE] [--max-new-tokens 64] [--limit N] --json OUT
+                         [--llama-server URL | --no-llama-cpp]   # llama.cpp as a mode when it is built
+    codecue-bench passes --pair default          # per-pass costs: target for 1..K+1 tokens, draft, ratio c
+    codecue-bench server FILE ...                # LSP keystroke latency, next to llama-server's /infill
+    codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
+    codecue-bench gpu --out DIR [--tiny]         # GPU per-pass costs and latency with random weights
+
+llama.cpp is built by scripts/build-llama-cpp.sh into $CODECUE_HOME/llama.cpp/build (never in CI).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # A SIGTERM (timeout, CI cancel) unwinds like Ctrl+C, so the llama-servers we started are stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if argv[:1] == ["gpu"]:  # a lent GPU has torch and transformers only: import nothing else on the way
+        from .gpu import main as gpu_main
+        return gpu_main(argv[1:])
+    from .engine_bench import MODES
+
+    parser = argparse.ArgumentParser(prog="codecue-bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    eng = sub.add_parser("engine", help="decode speed of every mode on the same prompts")
+    eng.add_argument("--pair", default="default")
+    eng.add_argument("--prompts", help="JSON lines {name, prefix, suffix}; default: HumanEval holes + repetitive code")
+    eng.add_argument("--max-new-tokens", type=int, default=64)
+    eng.add_argument("--k", type=int, default=8, help="upper bound of the adaptive draft length")
+    eng.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    eng.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)} (llama_cpp_draft on request)")
+    eng.add_argument("--llama-server", metavar="URL", help="a running llama-server to use as the llama_cpp mode")
+    eng.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when it is built")
+    eng.add_argument("--threads", type=int, default=2, help="llama-server threads (-t)")
+    eng.add_argument("--with-draft", action="store_true",
+                     help="load the draft model even where the calibration says it does not pay")
+    eng.add_argument("--device")
+    eng.add_argument("--dtype")
+    eng.add_argument("--json", help="write the report here")
+    passes = sub.add_parser("passes", help="per-pass costs of the target and the draft")
+    passes.add_argument("--pair", default="default")
+    passes.add_argument("--k", type=int, default=8)
+    passes.add_argument("--device")
+    passes.add_argument("--dtype")
+    # These parse their own arguments.
+    sub.add_parser("server", help="LSP latency per keystroke (codecue_bench.server_bench)", add_help=False)
+    sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_bench.prompt_bench)",
+                   add_help=False)
+    sub.add_parser("gpu", help="GPU pass costs and latency with random weights (codecue_bench.gpu)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+
+    from engine.models import ModelsError
+    try:
+        if args.command == "server":
+            from .server_bench import main as server_main
+            return server_main(rest)
+        if args.command == "prompt":
+            from .prompt_bench import main as prompt_main
+            return prompt_main(rest)
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        if args.command == "passes":
+            from engine.engine import Engine
+            from engine.models import load_pair
+
+            from .engine_bench import pass_costs
+            pair = load_pair(args.pair, device=args.device, dtype=args.dtype, with_draft=True)
+            ids = Engine(pair).encode("def fibonacci(n):\n" * 40)
+            print(json.dumps(pass_costs(pair, ids, args.k), indent=2))
+            return 0
+        from .engine_bench import bench_engine, print_table
+        report = bench_engine(args)
+    except ModelsError as exc:
+        print(f"codecue-bench: {exc}", file=sys.stderr)
+        return 1
+    print_table(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
