@@ -225,7 +225,9 @@ def load_formatted(model: nn.Module, path: Path) -> nn.Module:
 
     with safe_open(str(path), "pt") as f:
         layout = json.loads(f.metadata()["layout"])
-    state = load_file(str(path))
+    # Copies, not views of the file's buffer: the packed-int kernels use aligned vector loads, and tensors that
+    # sit at arbitrary offsets inside the loaded file segfault in `_weight_int8pack_mm`.
+    state = {name: tensor.clone() for name, tensor in load_file(str(path)).items()}
     for name, info in layout.items():
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
