@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--threads", type=int, default=2, help="llama-server threads (-t)")
     eng.add_argument("--with-draft", action="store_true",
                      help="load the draft model even where the calibration says it does not pay")
+    eng.add_argument("--target-weights", help="weight format of the target (default: the calibrated choice)")
+    eng.add_argument("--draft-weights", help="weight format of the draft (default: the calibrated choice)")
     eng.add_argument("--device")
     eng.add_argument("--dtype")
     eng.add_argument("--json", help="write the report here")

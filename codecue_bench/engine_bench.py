@@ -74,9 +74,10 @@ def pick_modes(args, pair) -> list[str]:
     else, so they are left out or refused."""
     if args.modes:
         modes = args.modes.split(",")
-        unknown = [m for m in modes if m not in MODES + list(LLAMA_MODES)]
+        known = MODES + list(LLAMA_MODES) + [V1_MODE]
+        unknown = [m for m in modes if m not in known]
         if unknown:
-            raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES + list(LLAMA_MODES))}")
+            raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
         if pair.draft is None and any(m in NEED_DRAFT_MODEL for m in modes):
             raise ModelsError(f"no draft model loaded (the calibration says it does not pay on this machine): "
                               f"pass --with-draft to run {', '.join(m for m in modes if m in NEED_DRAFT_MODEL)}")
@@ -124,6 +125,33 @@ def start_llama(stack: contextlib.ExitStack, mode: str, args, pair) -> object:
     return stack.enter_context(llama_cpp.http_client(server.url))
 
 
+V1_MODE = "v1_default"  # the first version's default configuration, loaded beside today's for the ratio
+
+
+def v1_dtype() -> str:
+    """The first version chose the dtype by CPU flags: bf16 with native bf16 instructions, else fp32."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        flags = ""
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
+_V1_ENGINE = {}
+
+
+def v1_engine(args):
+    """Dense target and int8 draft in the flag-chosen dtype, hybrid drafter: what `make demo` ran before."""
+    if "engine" not in _V1_ENGINE:
+        from engine.engine import Engine
+        from engine.models import load_pair
+
+        pair = load_pair(args.pair, device=args.device, dtype=v1_dtype(), target_weights="dense",
+                         draft_weights="int8", with_draft=True, compile=False)
+        _V1_ENGINE["engine"] = Engine(pair)
+    return _V1_ENGINE["engine"]
+
+
 def bench_engine(args) -> dict:
     from engine.engine import Engine
     from engine.models import load_pair
@@ -132,7 +160,9 @@ def bench_engine(args) -> dict:
 
     # with_draft None: load the draft model only where the calibration says it pays (the default configuration).
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype,
-                     with_draft=True if getattr(args, "with_draft", False) else None)
+                     with_draft=True if getattr(args, "with_draft", False) else None,
+                     target_weights=getattr(args, "target_weights", None),
+                     draft_weights=getattr(args, "draft_weights", None))
     engine = Engine(pair)
     prompts = load_prompts(args.prompts) if args.prompts else default_prompts()
     if args.limit:
@@ -150,6 +180,8 @@ def bench_engine(args) -> dict:
                 return run_llama(clients[mode], ids, max_new_tokens, stop_ids)
             if mode == "hf_assisted":
                 return run_hf_assisted(pair, ids, max_new_tokens, stop_ids)
+            if mode == V1_MODE:
+                return run_own_mode(v1_engine(args), "hybrid", ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 
         warm = engine.encode(engine.fim.format("def add(a, b):\n", "\n"))
@@ -182,7 +214,7 @@ def bench_engine(args) -> dict:
                 row[mode] = {"seconds": round(run.seconds, 3), "tokens": len(run.tokens), "identical": same}
                 if run.prompt_evaluated is not None:
                     row[mode]["prompt_evaluated"] = run.prompt_evaluated
-                if not same and mode in clients:
+                if not same and (mode in clients or mode == V1_MODE):
                     # Another weight format (Q4_K_M): differing is expected; where is enough, without a pass.
                     row[mode]["first_difference"] = first_difference(reference, run.tokens)
                 elif not same:
