@@ -27,7 +27,7 @@ def holes(count: int) -> list[tuple[str, str, int, int, str]]:
     return out
 
 
-def run(pair: str, budgets: list[int], count: int, max_new_tokens: int) -> dict:
+def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_weights: str | None = None) -> dict:
     from engine.engine import Engine
     from engine.models import load_pair
     from engine.types import CompletionRequest
@@ -35,7 +35,8 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int) -> dict:
     from codecue_lsp.postprocess import make_stop_predicate, postprocess
     from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
 
-    engine = Engine(load_pair(pair))
+    # A target format asked for by name loads without the draft: quality is the target's alone (lookup drafts only).
+    engine = Engine(load_pair(pair, target_weights=target_weights, with_draft=False if target_weights else None))
     cases = holes(count)
     results = {b: {"exact": 0, "prompt_tokens": 0, "seconds": 0.0} for b in budgets}
     for name, text, line, character, truth in cases:
@@ -54,7 +55,7 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int) -> dict:
             r["exact"] += first_line == truth
         print(f"{name}: {truth!r}", file=sys.stderr, flush=True)
     engine.close()
-    return {"pair": pair, "holes": len(cases), "budgets": {
+    return {"pair": pair, "target_weights": engine.pair.target_weights, "holes": len(cases), "budgets": {
         str(b): {"line_exact_match": r["exact"] / len(cases), "mean_prompt_tokens": r["prompt_tokens"] / len(cases),
                  "mean_seconds": r["seconds"] / len(cases)} for b, r in results.items()}}
 
@@ -65,13 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suffix-budgets", default="0,32,128,512", help="comma-separated suffix token budgets")
     parser.add_argument("--holes", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--target-weights", help="comma-separated target formats to compare on the same holes, "
+                                                 "e.g. gguf,dense (default: the calibrated choice)")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
-    report = run(args.pair, [int(b) for b in args.suffix_budgets.split(",")], args.holes, args.max_new_tokens)
-    print(f"{'suffix budget':>13s} {'line exact':>10s} {'prompt tokens':>14s} {'seconds':>8s}")
-    for budget, r in report["budgets"].items():
-        print(f"{budget:>13s} {r['line_exact_match']:10.2f} {r['mean_prompt_tokens']:14.0f} {r['mean_seconds']:8.2f}")
+    budgets = [int(b) for b in args.suffix_budgets.split(",")]
+    formats = args.target_weights.split(",") if args.target_weights else [None]
+    reports = [run(args.pair, budgets, args.holes, args.max_new_tokens, fmt) for fmt in formats]
+    print(f"{'target':>8s} {'suffix budget':>13s} {'line exact':>10s} {'prompt tokens':>14s} {'seconds':>8s}")
+    for report in reports:
+        for budget, r in report["budgets"].items():
+            print(f"{report['target_weights']:>8s} {budget:>13s} {r['line_exact_match']:10.2f} "
+                  f"{r['mean_prompt_tokens']:14.0f} {r['mean_seconds']:8.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+            json.dump(reports[0] if len(reports) == 1 else {"formats": reports}, f, indent=2)
     return 0

@@ -13,7 +13,7 @@ import torch
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
 from .kvcache import TrackedCache, common_prefix_length
 from .models import LoadedPair
-from .policy import GainPolicy, PassCosts
+from .policy import GainPolicy, PassCosts, SharedAcceptance
 from .speculative import SpeculationController, generate
 from .suffix_index import SEPARATOR, SuffixIndex
 from .types import CancelToken, CompletionRequest, CompletionResult
@@ -55,12 +55,13 @@ class Engine:
         # Open documents and earlier completions, for lookup drafts.
         self.workspace = SuffixIndex()
         # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
-        # shared by all sessions (a machine property), while acceptance is per session.
+        # shared by all sessions (a machine property). Acceptance is per session, seeded from the pool of all sessions.
         calibrated = getattr(pair, "costs", None)  # a policy.PassCosts from engine/calibrate.py, or None
         self.costs = PassCosts()
         if calibrated is not None:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
                                    draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None))
+        self.acceptance = SharedAcceptance()
 
     # --- text <-> tokens -----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -153,7 +154,8 @@ class Engine:
                 draft_cache = session.draft
                 lag = (lambda tokens: len(tokens) - common_prefix_length(draft_cache.ids, tokens)) \
                     if draft_cache is not None else None
-                session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag)
+                session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag,
+                                            shared=self.acceptance)
             session.policy.max_k = request.max_draft_tokens
             return session.policy
         controller = session.controllers.setdefault(name, SpeculationController(max_k=request.max_draft_tokens))

@@ -172,6 +172,29 @@ def best_choice(costs: PassCosts, drafters, max_k: int, alpha: dict[str, float],
     return best
 
 
+@dataclass
+class SharedAcceptance:
+    """Acceptance and lookup hit counts pooled over every session of an engine, decaying slowly: a new document
+    starts from what drafting has been earning on this machine and this user's code, not from an optimistic guess
+    (the bench's fresh sessions showed the guess costing a draft-model prefill on every new document)."""
+    trials: dict[str, list[float]] = field(default_factory=dict)
+    hits: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    decay: float = 0.98
+    min_tried: float = 4.0  # below this much evidence a source keeps the session's optimistic seed
+
+    def add(self, source: str, accepted: float, tried: float) -> None:
+        old = self.trials.get(source, [0.0, 0.0])
+        self.trials[source] = [self.decay * old[0] + accepted, self.decay * old[1] + tried]
+
+    def add_hit(self, found: bool) -> None:
+        self.hits = [self.decay * self.hits[0] + found, self.decay * self.hits[1] + 1]
+
+    def seed(self, source: str, default: list[float]) -> list[float]:
+        """A session's starting counts: the pooled rate, weighted like the optimistic seed (2 trials)."""
+        accepted, tried = self.trials.get(source, (0.0, 0.0))
+        return [2 * accepted / tried, 2.0] if tried >= self.min_tried else list(default)
+
+
 class GainPolicy:
     """One session's drafting policy: asked for (drafter, K) before each pass, told what happened after it.
 
@@ -183,12 +206,17 @@ class GainPolicy:
 
     def __init__(self, costs: PassCosts, drafters=("none", "lookup", "draft", "hybrid"), max_k: int = 8,
                  draft_lag=None, seed_alpha: float = 0.8, decay: float = 0.9, probe_every: int = 8,
-                 max_probe_every: int = 512):
+                 max_probe_every: int = 512, shared: SharedAcceptance | None = None):
         self.costs, self.drafters, self.max_k = costs, tuple(drafters), max_k
         self.draft_lag = draft_lag  # tokens -> how many of them the draft model has not seen yet
         self.decay = decay
-        self.trials = {s: [2 * seed_alpha, 2.0] for s in ("draft", "lookup", *LOOKUP_SOURCES)}  # [accepted, tried]
-        self.hits = [0.5, 1.0]  # decaying count of lookup calls that found a match, of calls
+        self.shared = shared
+        optimistic = [2 * seed_alpha, 2.0]
+        self.trials = {s: shared.seed(s, optimistic) if shared else list(optimistic)  # [accepted, tried]
+                       for s in ("draft", "lookup", *LOOKUP_SOURCES)}
+        # Decaying count of lookup calls that found a match, of calls.
+        self.hits = ([shared.hits[0] / shared.hits[1], 1.0] if shared and shared.hits[1] >= shared.min_tried
+                     else [0.5, 1.0])
         self.min_probe_every, self.max_probe_every = probe_every, max_probe_every
         self.probe_every, self.since_drafting = probe_every, 0
         self.enabled = True  # False while the policy prefers target alone
@@ -248,6 +276,8 @@ class GainPolicy:
             self.costs.observe_lookup(1000.0 * draft.lookup_seconds)
             found = draft.source in LOOKUP_SOURCES
             self.hits = [self.decay * self.hits[0] + found, self.decay * self.hits[1] + 1]
+            if self.shared is not None:
+                self.shared.add_hit(found)
         if draft.tokens:
             tried = accepted + (accepted < len(draft.tokens))
             sources = [draft.source] + (["lookup"] if draft.source in LOOKUP_SOURCES else [])
@@ -255,3 +285,5 @@ class GainPolicy:
                 if source in self.trials:
                     old = self.trials[source]
                     self.trials[source] = [self.decay * old[0] + accepted, self.decay * old[1] + tried]
+                    if self.shared is not None:
+                        self.shared.add(source, accepted, tried)

@@ -228,3 +228,19 @@ def test_a_session_whose_drafts_are_never_accepted_ends_with_drafting_off():
         drafting.append(result.stats.target_passes - result.stats.passes_by_drafter.get("none", 0))
     assert not result.stats.speculation_enabled and not policy.enabled
     assert sum(drafting) <= 30 and sum(drafting[2:]) <= 5 and policy.probes <= 5, drafting
+
+
+def test_new_sessions_start_from_what_drafting_earned_in_earlier_sessions():
+    from engine.policy import GainPolicy, PassCosts, SharedAcceptance
+
+    shared = SharedAcceptance()
+    fresh = GainPolicy(PassCosts(), shared=shared)
+    assert fresh.alpha("draft") == pytest.approx(0.8)  # no evidence yet: the optimistic seed
+    for _ in range(20):  # sessions whose draft model is right once in ten tries
+        shared.add("draft", 0.1, 1.0)
+    for _ in range(20):
+        shared.add("prompt", 0.9, 1.0)
+    later = GainPolicy(PassCosts(), shared=shared)
+    assert later.alpha("draft") == pytest.approx(0.1, abs=0.01)
+    assert later.alpha("prompt") == pytest.approx(0.9, abs=0.01)
+    assert later.alpha("workspace") == pytest.approx(0.8)  # a source without evidence keeps the seed
