@@ -26,7 +26,7 @@ demo: models
 	$(BIN)/python -m engine.demo
 	mkdir -p out
 	$(BIN)/codecue-replay run tests/data/replay_humaneval_demo.jsonl \
-		--compare "target-alone=--drafter none" --compare "speculative=--drafter hybrid" \
+		--compare "target-alone=--drafter none" --compare "speculative=--drafter auto" \
 		--json out/demo-replay.json --html out/demo-replay.html
 	@echo "report: out/demo-replay.html"
 

@@ -27,25 +27,28 @@ def main() -> int:
     print("Loading the default pair (Qwen2.5-Coder-1.5B target + 0.5B draft)...", flush=True)
     started = time.perf_counter()
     try:
-        engine = Engine(load_pair("default"))
+        engine = Engine(load_pair("default", progress=True))  # first load on a machine: calibration bar
     except ModelsError as exc:
         print(f"codecue demo: {exc}", file=sys.stderr)
         return 1
-    print(f"loaded in {time.perf_counter() - started:.1f}s on {engine.pair.device} ({engine.pair.dtype})\n")
-    engine.complete(CompletionRequest(engine.encode("def f():\n"), 4, drafter="hybrid"))  # warm-up
+    pair = engine.pair
+    print(f"loaded in {time.perf_counter() - started:.1f}s on {pair.device}: target {pair.target_weights} weights, "
+          f"draft {pair.draft_weights or 'not loaded'}, {str(pair.dtype).replace('torch.', '')} activations "
+          f"(chosen by this machine's calibration: `codecue-models list`)\n")
+    engine.complete(CompletionRequest(engine.encode("def f():\n"), 4, drafter="auto"))  # warm-up
     all_identical = True
     for name, prefix, suffix in SNIPPETS:
         ids = engine.encode(engine.fim.format(prefix, suffix))
         runs = {}
-        for drafter in ("none", "hybrid"):
+        for drafter in ("none", "auto"):
             t0 = time.perf_counter()
             runs[drafter] = (engine.complete(CompletionRequest(ids, 64, drafter=drafter)), time.perf_counter() - t0)
-        (plain, t_plain), (spec, t_spec) = runs["none"], runs["hybrid"]
+        (plain, t_plain), (spec, t_spec) = runs["none"], runs["auto"]
         same = plain.token_ids == spec.token_ids
         all_identical &= same
         print(f"--- {name} ({len(ids)} prompt tokens)")
         print(prefix + "\033[2m" + spec.text + "\033[0m")
-        print(f"target alone {t_plain:.2f}s, speculative {t_spec:.2f}s -> {t_plain / t_spec:.2f}x, "
+        print(f"target alone {t_plain:.2f}s, speculative (auto) {t_spec:.2f}s -> {t_plain / t_spec:.2f}x, "
               f"{spec.stats.mean_accepted:.2f} tokens per target pass, identical: {same}\n")
     engine.close()
     return 0 if all_identical else 2
