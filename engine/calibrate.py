@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .policy import expected_tokens, interpolate
 from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
 
 log = logging.getLogger(__name__)
@@ -277,27 +278,11 @@ def calibrate(target_config, draft_config=None, device: str = "cpu", formats: di
 
 # --- choosing -----------------------------------------------------------------------------------------------------
 def expected_speedup(verify_ms: dict[int, float], draft_ms: float, alpha: float = 0.8, max_k: int = 8) -> float:
-    """Best over K of tokens per ms with drafting, over tokens per ms of the target alone:
-    E[tokens per pass] = (1 - a^(K+1)) / (1 - a); a pass costs verify(K+1) + K x draft."""
-    def verify(n: int) -> float:
-        return interpolate(verify_ms, n)
-    alone = 1 / verify(1)
-    best = 1.0
-    for k in range(1, max_k + 1):
-        tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
-        best = max(best, tokens / (verify(k + 1) + k * draft_ms) / alone)
-    return best
-
-
-def interpolate(points: dict[int, float], n: int) -> float:
-    xs = sorted(int(x) for x in points)
-    values = {int(k): v for k, v in points.items()}
-    if n <= xs[0]:
-        return values[xs[0]]
-    for lo, hi in zip(xs, xs[1:]):
-        if n <= hi:
-            return values[lo] + (values[hi] - values[lo]) * (n - lo) / (hi - lo)
-    return values[xs[-1]] * n / xs[-1]  # past the widest measured pass: grows with width (compute-bound)
+    """Best over K of tokens per ms with drafting, over tokens per ms of the target alone (the policy's own model:
+    E[tokens per pass] = (1 - a^(K+1)) / (1 - a); a pass costs verify(K+1) + K x draft)."""
+    alone = 1 / interpolate(verify_ms, 1)
+    return max([1.0] + [expected_tokens(alpha, k) / (interpolate(verify_ms, k + 1) + k * draft_ms) / alone
+                        for k in range(1, max_k + 1)])
 
 
 def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_FORMATS,

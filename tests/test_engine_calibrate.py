@@ -8,7 +8,7 @@ import torch
 
 from engine import calibrate as cal_mod
 from engine.calibrate import (Calibration, Measurement, WIDTHS, calibration_for, choose, expected_speedup,
-                              format_table, full_depth, interpolate, load_cached, machine_key)
+                              format_table, full_depth, load_cached, machine_key)
 from engine.testing import tiny_config
 
 
@@ -72,12 +72,6 @@ def test_expected_speedup_formula():
     assert expected_speedup(flat, 100.0, alpha=0.8) == 1.0
     # Verification cost that grows with width caps the gain below the flat case.
     assert 1.0 < expected_speedup(passes(100.0, growth=0.3), 0.0, alpha=0.8) < (1 - 0.8 ** 9) / 0.2
-
-
-def test_interpolation_between_measured_widths():
-    points = {1: 10.0, 2: 12.0, 4: 20.0}
-    assert [interpolate(points, n) for n in (1, 2, 3, 4)] == [10.0, 12.0, 16.0, 20.0]
-    assert interpolate(points, 8) == 40.0  # past the widest: proportional to width
 
 
 def test_full_depth_cycles_distinct_layers_with_their_own_cache_slots():
