@@ -305,16 +305,14 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
 
 def pass_costs_from(cal, choice):
     """The calibrated pass costs of the chosen formats, for the drafting policy (engine/policy.py)."""
-    try:
-        from .policy import PassCosts
-    except ImportError:
-        return None
+    from .policy import PassCosts
+
     target = cal.get("target", choice.target_weights, choice.target_activations)
     draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
     if target is None:
         return None
     return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None,
-                     draft_prefill_ms=1000 / draft.prefill_tok_s if draft is not None and draft.complete else None)
+                     draft_prefill_ms=1000 / draft.prefill_used_tok_s if draft is not None and draft.complete else None)
 
 
 def write_ready_marker(name: str, info: dict, home: Path | None = None) -> None:
