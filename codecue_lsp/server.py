@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from lsprotocol import types as lsp
-from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
 from .config import CONFIG_SECTION, Settings, configure_logging, quiet_pygls, restart_needed
 from .positions import UNIT_COUNTERS, count_units, cursor_at, item_edit, utf16_units
+from .protocol import CodeCueProtocol
 from .scheduler import Scheduler, await_engine, debounce
 from .telemetry import Telemetry, event_params
 from .typethrough import TypeThroughCache
@@ -53,18 +52,6 @@ class Snapshot:
     language_id: str
     version: int | None
     text: str
-
-
-class CodeCueProtocol(LanguageServerProtocol):
-    def structure_message(self, data):
-        """Answer a request whose params do not parse (e.g. a negative line) with InvalidParams: pygls would
-        only log it, and the client would wait forever."""
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as exc:
-            if isinstance(data, dict) and "id" in data and "method" in data:
-                self._send_response(data["id"], error=exc.to_response_error())
-            raise
 
 
 class CodeCueServer(LanguageServer):
@@ -172,6 +159,20 @@ def _new_syntax_cache():
     except Exception:  # tree-sitter missing or broken: prompts fall back to line-based rules
         logger.exception("syntax cache unavailable")
         return None
+
+
+def resource_sizes(ls: CodeCueServer, engine) -> dict:
+    """How many entries each long-lived structure holds, so a soak run can see that none of them grows."""
+    return {
+        "open_documents": len(ls.workspace.text_documents),
+        "in_flight": len(ls.scheduler._in_flight),
+        "typethrough_entries": len(ls.typethrough),
+        "syntax_documents": len(ls.syntax._entries) if ls.syntax is not None else 0,
+        "latency_samples": len(ls.telemetry.latencies_ms),
+        "engine_sessions": len(engine.sessions) if engine is not None else 0,
+        "engine_busy": bool(getattr(engine, "busy", False)),
+        "index_documents": len(engine.workspace) if engine is not None else 0,
+    }
 
 
 def empty() -> lsp.InlineCompletionList:
@@ -382,8 +383,10 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         out["ready"] = ls.ready
         out["load_error"] = ls.load_error
         out["pair"] = ls.settings.pair
-        workspace = getattr(getattr(ls.completer, "engine", None), "workspace", None)
+        engine = getattr(ls.completer, "engine", None)
+        workspace = getattr(engine, "workspace", None)
         out["workspace_documents"] = workspace.count("workspace") if workspace is not None else 0
+        out["resources"] = resource_sizes(ls, engine)
         return out
 
     @server.feature(lsp.SHUTDOWN)
