@@ -44,7 +44,7 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
         for budget in budgets:
             built = build_prompt(doc, line, character, engine.fim, engine.count_tokens,
                                  budget=PromptBudget(suffix=budget))
-            ids = engine.encode(built.text)
+            ids = engine.encode_prompt(built.pieces)
             started = time.perf_counter()
             result = engine.complete(CompletionRequest(ids, max_new_tokens, stop=make_stop_predicate(built),
                                                        drafter="hybrid"))

@@ -39,11 +39,12 @@ class Completer:
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> Prepared:
-        """Build the prompt (on the caller's thread: the syntax cache is only touched from the event loop)."""
+        """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
+        cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
                              other_docs=other_docs, syntax=self.syntax)
         request = CompletionRequest(
-            prompt_ids=self.engine.encode(built.text),
+            prompt_ids=self.engine.encode_prompt(built.pieces),
             max_new_tokens=settings.max_tokens,
             stop=make_stop_predicate(built),
             session=doc.uri,

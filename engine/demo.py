@@ -38,7 +38,7 @@ def main() -> int:
     engine.complete(CompletionRequest(engine.encode("def f():\n"), 4, drafter="auto"))  # warm-up
     all_identical = True
     for name, prefix, suffix in SNIPPETS:
-        ids = engine.encode(engine.fim.format(prefix, suffix))
+        ids = engine.encode_fim(prefix, suffix)
         runs = {}
         for drafter in ("none", "auto"):
             t0 = time.perf_counter()

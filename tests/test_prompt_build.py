@@ -30,8 +30,8 @@ FIB = "def fibonacci(n):\n    if n <= 1:\n        return n\n    █\n\nprint(fib
 def test_layout_is_context_then_prefix_then_suffix():
     other = OpenDocument("file:///w/pkg/util.py", "python", "def fib_cache(n):\n    return n\n")
     prompt = build("import util\n\n" + FIB, other_docs=[other])
-    assert prompt.text.startswith("<|fim_prefix|><|file_sep|>util.py\ndef fib_cache(n): ...\n<|file_sep|>main.py\n")
-    assert prompt.text.endswith(f"{prompt.prefix}<|fim_suffix|>{prompt.suffix}<|fim_middle|>")
+    assert prompt.display.startswith("<|fim_prefix|><|file_sep|>util.py\ndef fib_cache(n): ...\n<|file_sep|>main.py\n")
+    assert prompt.display.endswith(f"{prompt.prefix}<|fim_suffix|>{prompt.suffix}<|fim_middle|>")
     assert prompt.prefix.startswith("import util") and prompt.suffix == "\n\nprint(fibonacci(10))\n"
     assert prompt.mode == "block" and prompt.sections["prefix"] == count(prompt.prefix)
 
@@ -40,7 +40,7 @@ def test_layout_is_context_then_prefix_then_suffix():
 def test_prefix_starts_at_a_statement_boundary_within_budget(total):
     budget = PromptBudget(total=total, suffix=40, context=60)
     prompt = build(module() + FIB, budget=budget)
-    assert sum(prompt.sections.values()) + count(FIM.prefix + FIM.suffix + FIM.middle) <= total + 3
+    assert sum(prompt.sections.values()) + 3 <= total + 3               # + the three FIM markers, one token each
     assert prompt.sections["suffix"] <= budget.suffix and prompt.sections["context"] <= budget.context + 5
     first = prompt.prefix.split("\n", 1)[0]
     assert first.startswith(("def ", "import", "from")), first          # a whole top-level statement
@@ -88,17 +88,17 @@ def test_context_prefers_functions_called_near_the_cursor():
     others.append(OpenDocument("file:///w/lib/maths.py", "python", "def gcd(a, b):\n    return a\n"))
     prompt = build("from lib.maths import gcd\n\ndef lcm(x, y):\n    return x * y // gcd(█",
                    other_docs=others, budget=PromptBudget(total=400, suffix=20, context=40))
-    assert "../lib/maths.py\ndef gcd(a, b): ..." in prompt.text
-    assert "unrelated_5" not in prompt.text
+    assert "../lib/maths.py\ndef gcd(a, b): ..." in prompt.display
+    assert "unrelated_5" not in prompt.display
 
 
 def test_context_brings_imports_and_signatures_from_outside_the_prefix():
     marked = module(60) + "def uses():\n    return helper_3(█)\n"
     prompt = build(marked, budget=PromptBudget(total=300, suffix=20, context=100))
-    header, prefix = prompt.text.split("<|file_sep|>main.py\n", 1)
+    header, prefix = prompt.display.split("<|file_sep|>main.py\n", 1)
     assert "import os" in prefix.split("def uses")[0]
     assert "def helper_3(value, scale=3): ..." in prefix.split("def uses")[0]
-    assert prompt.text.count("def helper_3(") == 1            # once: the prefix does not hold it too
+    assert prompt.display.count("def helper_3(") == 1         # once: the prefix does not hold it too
 
 
 @pytest.mark.parametrize("text, line, character", [
@@ -114,8 +114,8 @@ def test_context_brings_imports_and_signatures_from_outside_the_prefix():
 def test_odd_input_never_raises(text, line, character, language):
     prompt = build_prompt(OpenDocument("untitled:1", language, text), line, character, FIM, count,
                           syntax=SyntaxCache())
-    assert prompt.text.startswith(FIM.prefix) and prompt.text.endswith(FIM.middle)
-    assert prompt.text.encode("utf-8")
+    assert prompt.display.startswith(FIM.prefix) and prompt.display.endswith(FIM.middle)
+    assert prompt.display.encode("utf-8")
 
 
 @pytest.mark.parametrize("with_cache", [False, True])
@@ -132,18 +132,16 @@ def test_five_megabyte_document(with_cache):
 
 
 def test_with_the_tiny_pair_tokenizer():
-    from engine.testing import build_tokenizer
+    from engine import Engine
+    from engine_helpers import tiny_pair
 
-    tokenizer = build_tokenizer()
-
-    def real_count(text):
-        return len(tokenizer.encode(text, add_special_tokens=False))
-
+    engine = Engine(tiny_pair("none"))
     text, line, character = split_cursor(module(80) + FIB)
-    prompt = build_prompt(OpenDocument("file:///w/main.py", "python", text), line, character, FIM, real_count,
-                          budget=PromptBudget(total=600, suffix=64, context=128))
-    ids = tokenizer.encode(prompt.text, add_special_tokens=False)
+    prompt = build_prompt(OpenDocument("file:///w/main.py", "python", text), line, character, FIM,
+                          engine.count_tokens, budget=PromptBudget(total=600, suffix=64, context=128))
+    ids = engine.encode_prompt(prompt.pieces)
+    engine.close()
     assert len(ids) <= 600
-    special = tokenizer.convert_tokens_to_ids(["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"])
+    special = engine.tokenizer.convert_tokens_to_ids(["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"])
     assert [ids.count(i) for i in special] == [1, 1, 1] and ids[-1] == special[2]
     assert prompt.prefix.endswith("return n\n") and prompt.withheld == "    "

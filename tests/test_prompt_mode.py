@@ -54,5 +54,5 @@ def test_cursor_line_fields(marked, withheld, line_suffix, indent):
     prompt = built("python", marked)
     assert (prompt.withheld, prompt.line_suffix, prompt.indent) == (withheld, line_suffix, indent)
     # The typed indentation is withheld from the prompt: the prompt's prefix ends at the line start.
-    assert prompt.text.split("<|fim_suffix|>")[0].endswith(prompt.prefix)
+    assert prompt.display.split("<|fim_suffix|>")[0].endswith(prompt.prefix)
     assert not prompt.prefix.endswith(" ") or not withheld

@@ -2,6 +2,9 @@
 
     fim.prefix + [other open files' imports/signatures] + [this file's header, imports, signatures]
                + [this file from a syntactic boundary to the cursor] + fim.suffix + [short suffix] + fim.middle
+
+It is built as pieces (user text vs template marker, see fim.py) for Engine.encode_prompt, never as one string to
+tokenize: the user's text may contain the markers' strings.
 """
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from typing import Callable, Sequence
 
 from . import budget as budgeting
 from .context import rank_items, select_items
-from .fim import assemble, display_path, file_block, file_header
+from .fim import assemble, count_pieces, display_path, file_block, file_header
+from .fim import display as display_pieces
 from .languages import comment_prefix, spec_for, uses_braces
 from .mode import decide_mode, indented_empty_line_mode
 from .syntax import SyntaxCache, SyntaxView, parse_document
@@ -39,7 +43,7 @@ class PromptBudget:
 
 @dataclass
 class BuiltPrompt:
-    text: str              # full FIM prompt string (special-token strings inside), ready for engine.encode
+    pieces: list           # ("text" | "special", string) in order, for engine.encode_prompt
     prefix: str            # current-file text before the cursor that went in
     suffix: str            # current-file text after the cursor that went in
     mode: str              # "line" or "block"
@@ -55,6 +59,11 @@ class BuiltPrompt:
     prefix_start: int = 0    # document offset where the prefix starts (stable while the user types)
     cursor_offset: int = 0   # document offset of the cursor
     context_items: list = field(default_factory=list)  # (path, item text) that went into the context
+
+    @property
+    def display(self) -> str:
+        """The whole prompt as one string, for people, logs and tests; never tokenize it (markers become text)."""
+        return display_pieces(self.pieces)
 
 
 def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens: Callable[[str], int],
@@ -89,7 +98,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
 
     # Suffix: the rest of the enclosing block, then what follows it, ending at a statement end.
     current_header = file_header(fim, display_path(doc.uri, doc.uri), comment)
-    overhead = count_tokens(fim.prefix + fim.suffix + fim.middle) + count_tokens(current_header)
+    overhead = count_pieces(assemble(fim, current_header, "", ""), count_tokens)
     suffix_budget = max(min(budget.suffix, budget.total - overhead), 0)
     line_ends = [window.row_end(row) for row in range(cursor_row, window.first_row + len(window.line_offsets))]
     suffix_ends = [window.row_end(row) for row in [cursor_row, *suffix_rows]]
@@ -127,9 +136,9 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
     candidates = rank_items(current_outline, other_outlines, text[near_start:near_end], cursor_row,
                             (prefix_row, suffix_last_row))
     chosen = select_items(candidates, budget.context, count_tokens,
-                          lambda source: 0 if source == 0 else count_tokens(headers[source]))
+                          lambda source: 0 if source == 0 else count_pieces(headers[source], count_tokens))
     context_tokens = sum(count_tokens(item.text + "\n") for items in chosen.values() for item in items)
-    context_tokens += sum(count_tokens(headers[source]) for source in chosen if source)
+    context_tokens += sum(count_pieces(headers[source], count_tokens) for source in chosen if source)
 
     # What the context left unused goes back to the prefix.
     if context_tokens < budget.context:
@@ -138,19 +147,19 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
         chosen[0] = [item for item in chosen.get(0, [])
                      if item.end_row < prefix_row or item.start_row > suffix_last_row]
 
-    blocks, context_items = [], []
+    context, context_items = [], []
     for source, other in enumerate(others, start=1):
         if chosen.get(source):
-            blocks.append(file_block(headers[source], [item.text for item in chosen[source]]))
+            context += file_block(headers[source], [item.text for item in chosen[source]])
             context_items += [(display_path(other.uri, doc.uri), item.text) for item in chosen[source]]
-    blocks.append(file_block(current_header, [item.text for item in chosen.get(0, [])]))
+    context += file_block(current_header, [item.text for item in chosen.get(0, [])])
     context_items += [(display_path(doc.uri, doc.uri), item.text) for item in chosen.get(0, [])]
-    context = "".join(blocks)
     prefix = text[prefix_start:prefix_end]
     return BuiltPrompt(
-        text=assemble(fim, context, prefix, suffix), prefix=prefix, suffix=suffix, mode=mode,
+        pieces=assemble(fim, context, prefix, suffix), prefix=prefix, suffix=suffix, mode=mode,
         line_suffix=line_suffix, indent=indentation(text[line_start:]), line_prefix=line_prefix,
-        sections={"context": count_tokens(context), "prefix": count_tokens(prefix), "suffix": suffix_tokens},
+        sections={"context": count_pieces(context, count_tokens), "prefix": count_tokens(prefix),
+                  "suffix": suffix_tokens},
         withheld=withheld, header_indent=header_indent, braces=braces, language_id=language_id,
         open_brackets=open_brackets(text[min(lookback, offset):offset]) if mode == "line" else 0,
         prefix_start=prefix_start, cursor_offset=offset, context_items=context_items)

@@ -1,4 +1,4 @@
-"""Prompt text: file headers in the model's repository format, and the prefix-suffix-middle assembly."""
+"""Prompt pieces: file headers in the model's repository format, and the prefix-suffix-middle assembly."""
 from __future__ import annotations
 
 import os
@@ -21,17 +21,34 @@ def display_path(uri: str, current_uri: str) -> str:
         return path
 
 
-def file_header(fim, path: str, comment: str) -> str:
+# A prompt is a list of pieces in order: ("text", what the user wrote) or ("special", a template marker). The
+# engine encodes text with special-token strings split and each marker as its one special token, so a file that
+# contains `<|fim_prefix|>` cannot inject it (Engine.encode_prompt).
+TEXT, SPECIAL = "text", "special"
+
+
+def file_header(fim, path: str, comment: str) -> list[tuple[str, str]]:
     """`<|file_sep|>path\\n` for models that know repository files, else a comment line naming the file."""
     if fim.file_sep:
-        return f"{fim.file_sep}{path}\n"
-    return f"{comment} {path}\n"
+        return [(SPECIAL, fim.file_sep), (TEXT, f"{path}\n")]
+    return [(TEXT, f"{comment} {path}\n")]
 
 
-def file_block(header: str, items: list[str]) -> str:
-    return header + "".join(item + "\n" for item in items)
+def file_block(header: list, items: list[str]) -> list[tuple[str, str]]:
+    return header + [(TEXT, "".join(item + "\n" for item in items))]
 
 
-def assemble(fim, context: str, prefix: str, suffix: str) -> str:
+def assemble(fim, context: list, prefix: str, suffix: str) -> list[tuple[str, str]]:
     """PSM order; everything that changes least (other files, imports, signatures) comes first."""
-    return fim.format(context + prefix, suffix)
+    return [(SPECIAL, fim.prefix), *context, (TEXT, prefix), (SPECIAL, fim.suffix), (TEXT, suffix),
+            (SPECIAL, fim.middle)]
+
+
+def count_pieces(pieces: list, count_tokens) -> int:
+    """Tokens of a prompt part: one per marker (the engine refuses markers that are not one special token)."""
+    return sum(1 if kind == SPECIAL else count_tokens(value) for kind, value in pieces)
+
+
+def display(pieces: list) -> str:
+    """The prompt as one string, for people and logs only: encoding it would lose which markers are markers."""
+    return "".join(value for _, value in pieces)
