@@ -1,11 +1,11 @@
 """`codecue-bench server`: replay typing a real file through the real server and measure it end to end.
 
 For a cursor in the middle of the file, types the file's next characters one keystroke at a time (incremental
-didChange + inlineCompletion each), then measures `$/cancelRequest` turnaround. Reports cold vs warm latency,
-prompt tokens re-run vs reused per request (from `codecue.stats`), and the time from sending `$/cancelRequest`
-to receiving the answer. Then, when llama.cpp is built (scripts/build-llama-cpp.sh) or --llama-server URL is given,
-the same keystrokes go to llama-server's `/infill` with its prompt cache on, each answered before the next, so the
-per-keystroke latencies stand side by side. Call `run_server_bench(...)` (returns a dict) or `main()`.
+didChange + inlineCompletion each) and reports cold vs warm latency and prompt tokens re-run vs reused per request
+(from `codecue.stats`). Then it measures what a cancel costs the engine (see `cancel_trials`). Then, when llama.cpp
+is built (scripts/build-llama-cpp.sh) or --llama-server URL is given, the same keystrokes go to llama-server's
+`/infill` with its prompt cache on, each answered before the next, so the per-keystroke latencies stand side by
+side. Call `run_server_bench(...)` (returns a dict) or `main()`.
 """
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from lsprotocol import types as lsp
+
+# What `codecue.stats` -> resources.engine_phase says while a cancel is meant to land in each phase.
+CANCEL_PHASES = {"prefill": ("prefill",), "decode": ("draft", "verify")}
+POLL_S = 0.005  # between two codecue.stats polls: fine next to a model pass, light on the server's event loop
+HANG_S = 600.0  # a guard against a server that never answers, not a measurement
 
 
 def _ms(seconds: float) -> float:
@@ -45,6 +51,54 @@ def latency_summary(values: list[float]) -> dict:
     return {"p50": _pct(values, 50), "p90": _pct(values, 90), "max": max(values) if values else 0.0}
 
 
+def distribution(values: list[float]) -> dict:
+    return {"n": len(values), "p50": _pct(values, 50), "p99": _pct(values, 99), "max": max(values, default=0.0)}
+
+
+class BenchClient:
+    """The few LSP calls the benchmark makes, on one pytest-lsp client."""
+
+    def __init__(self, client, language: str):
+        self.client, self.language, self.versions = client, language, {}
+
+    async def stats(self) -> dict:
+        return await self.client.workspace_execute_command_async(lsp.ExecuteCommandParams(command="codecue.stats"))
+
+    def open(self, uri: str, text: str) -> None:
+        self.versions[uri] = 1
+        self.client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+            text_document=lsp.TextDocumentItem(uri=uri, language_id=self.language, version=1, text=text)))
+
+    def insert(self, uri: str, line: int, character: int, text: str) -> None:
+        self.versions[uri] += 1
+        at = lsp.Position(line, character)
+        self.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+            text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+            content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(at, at), text=text)]))
+
+    def close(self, uri: str) -> None:
+        del self.versions[uri]
+        self.client.text_document_did_close(lsp.DidCloseTextDocumentParams(
+            text_document=lsp.TextDocumentIdentifier(uri=uri)))
+
+    @staticmethod
+    def params(uri: str, line: int, character: int) -> lsp.InlineCompletionParams:
+        return lsp.InlineCompletionParams(
+            text_document=lsp.TextDocumentIdentifier(uri=uri), position=lsp.Position(line, character),
+            context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic))
+
+    def send(self, uri: str, line: int, character: int, msg_id: str):
+        """Send an inlineCompletion now; returns its future (result, or an error once cancelled)."""
+        return self.client.protocol.send_request(lsp.TEXT_DOCUMENT_INLINE_COMPLETION,
+                                                 self.params(uri, line, character), msg_id=msg_id)
+
+    async def complete(self, uri: str, line: int, character: int):
+        return await self.client.text_document_inline_completion_async(self.params(uri, line, character))
+
+    def cancel(self, msg_id: str) -> None:
+        self.client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=msg_id))
+
+
 async def _bench(text: str, language: str, server_args: list[str], env: dict, keystrokes: int,
                  cancel_trials: int) -> dict:
     from pytest_lsp import ClientServerConfig, client_capabilities
@@ -54,12 +108,10 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
     client = await config.start()
     try:
         await client.initialize_session(lsp.InitializeParams(capabilities=client_capabilities("visual-studio-code")))
-
-        async def stats() -> dict:
-            return await client.workspace_execute_command_async(lsp.ExecuteCommandParams(command="codecue.stats"))
+        bench = BenchClient(client, language)
 
         t0 = time.perf_counter()
-        while not (s := await stats())["ready"]:
+        while not (s := await bench.stats())["ready"]:
             if s["load_error"]:
                 raise RuntimeError(s["load_error"])
             await asyncio.sleep(0.2)
@@ -67,27 +119,16 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
 
         start, line, typed, doc = typing_plan(text, keystrokes)
         uri = "file:///codecue-bench/" + f"bench.{ {'python': 'py'}.get(language, 'txt') }"
-        client.text_document_did_open(lsp.DidOpenTextDocumentParams(
-            text_document=lsp.TextDocumentItem(uri=uri, language_id=language, version=1, text=doc)))
-
-        def params(character: int) -> lsp.InlineCompletionParams:
-            return lsp.InlineCompletionParams(
-                text_document=lsp.TextDocumentIdentifier(uri=uri), position=lsp.Position(line, character),
-                context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic))
-
+        bench.open(uri, doc)
         rows = []
         for i in range(len(typed) + 1):
             if i:
-                client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-                    text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=i + 1),
-                    content_changes=[lsp.TextDocumentContentChangePartial(
-                        range=lsp.Range(lsp.Position(line, i - 1), lsp.Position(line, i - 1)),
-                        text=typed[i - 1])]))
-            before = await stats()
+                bench.insert(uri, line, i - 1, typed[i - 1])
+            before = await bench.stats()
             t = time.perf_counter()
-            result = await client.text_document_inline_completion_async(params(i))
+            result = await bench.complete(uri, line, i)
             latency = time.perf_counter() - t
-            after = await stats()
+            after = await bench.stats()
             eb, ea = before["engine"], after["engine"]
             rows.append({
                 "keystroke": i, "latency_ms": _ms(latency),
@@ -97,34 +138,14 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
                 "chars": len(result.items[0].insert_text) if result and result.items else 0,
             })
 
-        cancel_ms, after_cancel_ms, finished_first = [], [], 0
-        column, version = len(typed), len(typed) + 1
-        for trial in range(cancel_trials):
-            # Type a character no suggestion starts with, so the type-through cache cannot answer.
-            version += 1
-            client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-                text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[lsp.TextDocumentContentChangePartial(
-                    range=lsp.Range(lsp.Position(line, column), lsp.Position(line, column)), text="\u00a7")]))
-            column += 1
-            msg_id = f"bench-cancel-{trial}"
-            future = client.protocol.send_request(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, params(column),
-                                                  msg_id=msg_id)
-            await asyncio.sleep(0.05 + 0.02 * trial)
-            t = time.perf_counter()
-            client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=msg_id))
-            try:
-                await asyncio.wrap_future(future)
-                finished_first += 1  # answered normally: the generation ended before the cancel arrived
-            except Exception:
-                cancel_ms.append(_ms(time.perf_counter() - t))
-            # The engine must be idle again (stopped within one step) before the next request is answered.
-            t = time.perf_counter()
-            await client.text_document_inline_completion_async(params(column))
-            after_cancel_ms.append(_ms(time.perf_counter() - t))
-
-        final = await stats()
+        cancels = await cancel_trials_run(bench, uri, doc, line, len(typed), cancel_trials) if cancel_trials else []
+        final = await bench.stats()
         await client.shutdown_session()
+    except BaseException:
+        # stop() waits for the server to exit, and a server that was never told to exit would keep it waiting.
+        if client._server is not None and client._server.returncode is None:
+            client._server.kill()
+        raise
     finally:
         await client.stop()
 
@@ -143,15 +164,128 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
         # Every keystroke after the first, type-through answers included: what the user feels while typing.
         "keystroke_ms": latency_summary([r["latency_ms"] for r in rows[1:]]),
         "typethrough_hits": sum(r["typethrough"] for r in rows),
-        "cancel_response_ms": {"p50": _pct(cancel_ms, 50), "p99": _pct(cancel_ms, 99), "all": cancel_ms},
-        "cancel_finished_before_cancel": finished_first,
-        "next_request_after_cancel_ms": {"p50": _pct(after_cancel_ms, 50), "p99": _pct(after_cancel_ms, 99)},
+        "cancel": cancel_summary(cancels),
         "requests": rows,
+        "cancel_trials": cancels,
         "server_stats": final,
     }
 
 
-def run_server_bench(path: str | Path, pair: str = "default", keystrokes: int = 16, cancel_trials: int = 10,
+# --- what a cancel costs the engine --------------------------------------------------------------------------------
+async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, column: int, trials: int) -> list:
+    """`trials` caught cancels per phase and per measure (so 4 x trials in all), in two blocks.
+
+    decode: type a character no suggestion starts with at the cursor of the open document (the prompt stays mostly
+    cached), wait until the engine drafts or verifies, cancel. prefill: open a fresh copy of the document (nothing
+    cached), wait until the engine prefills, cancel. Each trial measures one of
+      - idle: from `$/cancelRequest` until codecue.stats says engine_busy is false;
+      - next: the next request (same document and cursor) is sent right after the cancel, as an editor's next
+        keystroke would be; from the cancel to its result.
+    A trial whose generation ended before the cancel reached the engine (the engine's result was not "cancelled")
+    is discarded and retried, up to 8 x trials attempts per phase."""
+    rows = []
+    for phase in ("decode", "prefill"):  # decode first: the fresh prefill documents would change its context
+        done = Counter()
+        for attempt in range(8 * trials):
+            measure = "idle" if done["idle"] <= done["next"] else "next"
+            if done[measure] >= trials:
+                break
+            if phase == "decode":
+                bench.insert(uri, line, column, "\u00a7")
+                column += 1
+                row = await cancel_trial(bench, phase, measure, uri, line, column, f"cancel-{phase}-{attempt}")
+            else:
+                fresh = uri.replace("/bench.", f"/cancel-{attempt}.")
+                bench.open(fresh, doc)
+                row = await cancel_trial(bench, phase, measure, fresh, line, 0, f"cancel-{phase}-{attempt}")
+                bench.close(fresh)
+            rows.append(row)
+            done[measure] += row["caught"]
+    return rows
+
+
+async def cancel_trial(bench: BenchClient, phase: str, measure: str, uri: str, line: int, character: int,
+                       msg_id: str) -> dict:
+    row = {"phase": phase, "measure": measure, "caught": False}
+    before = (await bench.stats())["engine"]
+    sent = bench.send(uri, line, character, msg_id)
+    request = asyncio.wrap_future(sent)
+    row["phase_seen"] = await wait_for_phase(bench, request, CANCEL_PHASES[phase])
+    if row["phase_seen"] is None:  # the generation ended before it was seen in this phase
+        await request
+        return row
+
+    replied = []
+    sent.add_done_callback(lambda _: replied.append(time.perf_counter()))
+    t0 = time.perf_counter()
+    bench.cancel(msg_id)
+    if measure == "idle":
+        while (await bench.stats())["resources"]["engine_busy"]:
+            await asyncio.sleep(POLL_S)
+            if time.perf_counter() - t0 > HANG_S:
+                raise TimeoutError("the engine stayed busy after a cancel")
+        row["cancel_to_engine_idle_ms"] = _ms(time.perf_counter() - t0)
+    else:
+        await bench.complete(uri, line, character)
+        row["cancel_to_next_result_ms"] = _ms(time.perf_counter() - t0)
+    try:
+        await request
+        row["answered"] = "result"  # the handler had its answer before the cancel arrived
+    except Exception:
+        row["answered"] = "cancelled"
+    if replied:
+        row["pygls_cancel_reply_ms"] = _ms(replied[0] - t0)
+    # The engine's own verdict: did the cancel stop this generation, or had it ended already?
+    row["caught"] = await engine_cancelled_since(bench, before)
+    return row
+
+
+async def wait_for_phase(bench: BenchClient, request, phases: tuple[str, ...]) -> str | None:
+    """Poll codecue.stats until the engine reports one of `phases` (returns it) or the request is answered."""
+    while not request.done():
+        phase = (await bench.stats())["resources"]["engine_phase"]
+        if phase in phases:
+            return phase
+        await asyncio.sleep(POLL_S)
+    return None
+
+
+async def engine_cancelled_since(bench: BenchClient, before: dict) -> bool:
+    """Whether the cancelled request's engine result ended "cancelled". The server counts each result on its event
+    loop just after the engine finishes (a next request's result comes after it: one worker)."""
+    started = time.perf_counter()
+    while (engine := (await bench.stats())["engine"])["results"] < before["results"] + 1:
+        await asyncio.sleep(POLL_S)
+        if time.perf_counter() - started > HANG_S:
+            raise TimeoutError("the server never counted the engine's result")
+    return engine["cancelled"] > before["cancelled"]
+
+
+def cancel_summary(rows: list[dict]) -> dict:
+    caught = [r for r in rows if r["caught"]]
+    out = {
+        "note": "cancel_to_next_result_ms includes the next request's own work; compare cold_ms (prefill, a fresh "
+                "document) and warm_ms (decode) for that work on an idle engine",
+        # Only pygls's -32800 answer to the cancelled request: says nothing about when the engine stopped.
+        "pygls_cancel_reply_ms": distribution([r["pygls_cancel_reply_ms"] for r in caught
+                                               if "pygls_cancel_reply_ms" in r]),
+    }
+    for phase in CANCEL_PHASES:
+        mine = [r for r in rows if r["phase"] == phase]
+        got = [r for r in mine if r["caught"]]
+        out[phase] = {
+            "cancel_to_engine_idle_ms": distribution([r["cancel_to_engine_idle_ms"] for r in got
+                                                      if "cancel_to_engine_idle_ms" in r]),
+            "cancel_to_next_result_ms": distribution([r["cancel_to_next_result_ms"] for r in got
+                                                      if "cancel_to_next_result_ms" in r]),
+            "caught_trials": len(got),
+            "caught_in": dict(Counter(r["phase_seen"] for r in got)),
+            "discarded_ended_first": len(mine) - len(got),
+        }
+    return out
+
+
+def run_server_bench(path: str | Path, pair: str = "default", keystrokes: int = 16, cancel_trials: int = 30,
                      language: str = "python", extra_args: tuple[str, ...] = (), env: dict | None = None) -> dict:
     text = Path(path).read_text(encoding="utf-8")
     args = ["--pair", pair, "--debounce-ms", "0", *extra_args]
@@ -200,7 +334,8 @@ def main(argv=None) -> int:
     parser.add_argument("file", help="a real source file to type into")
     parser.add_argument("--pair", default="default")
     parser.add_argument("--keystrokes", type=int, default=16)
-    parser.add_argument("--cancel-trials", type=int, default=10)
+    parser.add_argument("--cancel-trials", type=int, default=30,
+                        help="caught cancels per phase (prefill, decode) and per measure (engine idle, next result)")
     parser.add_argument("--language", default="python")
     parser.add_argument("--llama-server", metavar="URL", help="a running llama-server to compare with")
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama-server out even when it is built")
@@ -214,7 +349,7 @@ def main(argv=None) -> int:
     if not args.no_llama_cpp and (args.llama_server or server_binary()):
         result["llama_server_infill"] = run_llama_infill(args.file, args.pair, args.keystrokes, args.llama_server,
                                                          args.threads, args.max_tokens)
-    summary = {k: v for k, v in result.items() if k not in ("requests", "server_stats")}
+    summary = {k: v for k, v in result.items() if k not in ("requests", "cancel_trials", "server_stats")}
     if "llama_server_infill" in summary:
         summary["llama_server_infill"] = {k: v for k, v in summary["llama_server_infill"].items() if k != "requests"}
     print(json.dumps(summary, indent=2))

@@ -5,7 +5,8 @@ a tensor position, cut back in place) and its decode step compiled once per pass
 `torch.compile(fullgraph=True, dynamic=False)` (on CUDA: mode="reduce-overhead", i.e. CUDA graphs). A pass whose
 width has no compiled step is padded up to the next compiled width: the padding sits after the real tokens, so
 causal attention keeps it out of their logits, and its keys/values are dropped right after. Prefill chunks (any
-length) run eagerly on the same cache.
+length) run eagerly on the same cache, so a cancel still stops them between two layers (engine/interrupt.py); a
+compiled step cannot stop half-way, but it is one pass of at most 9 tokens.
 
 Compile artefacts go to $CODECUE_HOME/inductor (TORCHINDUCTOR_CACHE_DIR), so a second start does not recompile.
 When compiling fails (no C++ compiler, an unsupported op) the model runs eagerly and says so once in the log.
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from .interrupt import gate_of
+
 log = logging.getLogger(__name__)
 
 TARGET_WIDTHS = (1, 2, 4, 9)  # 1: target alone; 2/4/9: verification of K = 1, 2..3, 4..8 drafts (padded)
@@ -32,6 +35,9 @@ class CompiledSteps:
         """last_only: the compiled steps return only the last position's logits (a draft model's one-token step)."""
         self.model, self.widths, self.capacity, self.last_only = model, tuple(sorted(widths)), capacity, last_only
         mode = "reduce-overhead" if model.device.type == "cuda" else None
+        # The cancel hooks go on before the first trace: a compiled graph skips them (engine/interrupt.py), and
+        # hooks added after it could cost a recompile. Eager passes on this model (prefill) still honour them.
+        gate_of(model)
         self.step = torch.compile(model.forward, fullgraph=True, dynamic=False, mode=mode)
         self.failed = False
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .interrupt import PassCancelled
 from .kvcache import TrackedCache
 from .sampling import sample, warp
 
@@ -114,7 +115,10 @@ class ModelDrafter:
             pending = tokens[-1:]
         while len(draft.tokens) < k and not cancelled():
             started = time.perf_counter()
-            logits = self.cache.forward(pending, logits="last")[-1]
+            try:
+                logits = self.cache.forward(pending, logits="last", cancelled=cancelled)[-1]
+            except PassCancelled:  # the tokens drafted so far stay valid; the caller sees the cancel
+                break
             seconds = time.perf_counter() - started
             draft.passes += 1
             if len(pending) == 1:

@@ -5,6 +5,7 @@ import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -62,17 +63,61 @@ class Engine:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
                                    draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None))
         self.acceptance = SharedAcceptance()
+        # For the server's stats, read from other threads without a lock (one attribute store each): whether a
+        # generation runs on the worker, and which unit of it ("idle" | "prefill" | "draft" | "verify").
+        self.busy = False
+        self.phase = "idle"
+        # A template whose markers are not single special tokens is refused at load, not on the first keystroke.
+        for marker in (self.fim.prefix, self.fim.suffix, self.fim.middle, self.fim.file_sep, self.fim.repo_name):
+            if marker:
+                self.special_token_id(marker)
 
     # --- text <-> tokens -----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
+        """Text as the user wrote it. Special-token strings in it (`<|fim_prefix|>`, `<|endoftext|>`) become ordinary
+        tokens: a file that mentions them must not inject control tokens. Markers go in through encode_prompt."""
         with self._tokenizer_lock:
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def encode_prompt(self, pieces) -> list[int]:
+        """A prompt given as ("text", string) and ("special", marker) pieces, in order: text as in `encode`, each
+        marker as its one special token. Adjacent text pieces are encoded together, so the ids are those of the
+        same prompt written as one string with the markers recognised (a token may span two text pieces)."""
+        ids: list[int] = []
+        text = ""
+        for kind, value in pieces:
+            if kind == "text":
+                text += value
+            elif kind == "special":
+                ids += self.encode(text) + [self.special_token_id(value)]
+                text = ""
+            else:
+                raise ValueError(f"unknown prompt piece kind {kind!r} (\"text\" or \"special\")")
+        return ids + self.encode(text)
+
+    def encode_fim(self, prefix: str, suffix: str) -> list[int]:
+        """The model's prefix-suffix-middle prompt around plain text."""
+        fim = self.fim
+        return self.encode_prompt([("special", fim.prefix), ("text", prefix), ("special", fim.suffix),
+                                   ("text", suffix), ("special", fim.middle)])
+
+    def special_token_id(self, marker: str) -> int:
+        """The id of a prompt marker. It must be exactly one special token: a marker the tokenizer would not split
+        out of user text (or that is several tokens) could not be told apart from code in the prompt."""
+        with self._tokenizer_lock:
+            ids = self.tokenizer.encode(marker, add_special_tokens=False, split_special_tokens=False)
+            added = self.tokenizer.added_tokens_decoder.get(ids[0]) if len(ids) == 1 else None
+        if added is None or not added.special or added.content != marker:
+            raise ValueError(f"prompt marker {marker!r} is not one special token of the {self.pair.spec.target.name} "
+                             f"tokenizer (it encodes as {ids}): fix the model's [fim] template in models.toml")
+        return ids[0]
 
     def decode(self, ids: list[int]) -> str:
         with self._tokenizer_lock:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def count_tokens(self, text: str) -> int:
+        """Tokens of user text, counted as `encode` splits it (special-token strings in it are several tokens)."""
         return len(self.encode(text))
 
     # --- workspace -------------------------------------------------------------------------------------------------
@@ -102,20 +147,31 @@ class Engine:
 
     def complete(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
                  on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
-        with self._lock, torch.inference_mode():
+        with self._lock, self._working(), torch.inference_mode():
             session = self._session(request.session)
             drafter_name = self._available_drafter(request.drafter)
             controller = self._controller(drafter_name, session, request)
             drafter = self._drafter(drafter_name, session, request)
             try:
                 result = generate(session.target, drafter, controller, request, self.decode, self.stop_token_ids,
-                                  cancel_token, on_tokens)
+                                  cancel_token, on_tokens, on_phase=self._set_phase)
             except BaseException:
                 self.sessions.pop(request.session, None)  # never reuse caches a failure may have left half-written
                 raise
             if request.session is not None and result.token_ids:
                 self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
             return result
+
+    @contextmanager
+    def _working(self):
+        self.busy = True
+        try:
+            yield
+        finally:
+            self.busy, self.phase = False, "idle"
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
 
     def close(self) -> None:
         self._worker.shutdown(wait=True, cancel_futures=True)
@@ -132,9 +188,15 @@ class Engine:
         if key in self.sessions:
             self.sessions.move_to_end(key)
         else:
+            # A history document left by an earlier session of this key (dropped after a failure or a reset)
+            # no longer matches the new, empty history.
+            self.workspace.remove(f"history:{key}")
             self.sessions[key] = self._new_session()
             while len(self.sessions) > self.max_sessions:
-                self.sessions.popitem(last=False)
+                evicted, _ = self.sessions.popitem(last=False)
+                # Its history document goes with it: otherwise every document ever completed in keeps one in the
+                # lookup index, and under the index's token cap those crowd out the open files.
+                self.workspace.remove(f"history:{evicted}")
         return self.sessions[key]
 
     def _new_session(self) -> Session:
@@ -190,3 +252,12 @@ class Engine:
             return HybridDrafter(LookupDrafter(index=self.workspace), model, lambda: session.policy.model_k)
         # On its own, hybrid demands a 3-token lookup match: a weak one would displace the model's longer draft.
         return HybridDrafter(LookupDrafter(min_ngram=3, index=self.workspace), model)
+
+    def forget_session(self, session: str) -> Future:
+        """Drop a closed document's caches and completion history without blocking the caller. Queued on the
+        worker behind the requests already submitted, so none of them can bring the session back afterwards."""
+        def forget() -> None:
+            with self._lock:
+                self.sessions.pop(session, None)
+            self.workspace.remove(f"history:{session}")
+        return self._worker.submit(forget)

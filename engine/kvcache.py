@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from .interrupt import PassCancelled, cancellable
+
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     m = min(len(a), len(b))
@@ -53,17 +55,22 @@ class TrackedCache:
             self.cache.crop(-extra)
             del self.ids[length:]
 
-    def forward(self, new_ids: list[int], logits: str = "all") -> torch.Tensor | None:
+    def forward(self, new_ids: list[int], logits: str = "all", cancelled=None) -> torch.Tensor | None:
         """Run the model on new_ids after the cached ones. logits: "all" -> [len, vocab], "last" -> [1, vocab],
-        "none" (prefill: the lm head over a 151,936 vocabulary is skipped where possible)."""
+        "none" (prefill: the lm head over a 151,936 vocabulary is skipped where possible). Raises PassCancelled
+        when cancelled() turns true between two layers; the cache then holds exactly `ids` again."""
         self._grow_past_capacity(len(new_ids) + 16)  # 16: room for a padded verify pass
         try:
-            if self.steps is not None:
-                out = self.steps.run(self.cache, list(new_ids), logits)
-            else:
-                x = torch.tensor([new_ids], dtype=torch.long, device=self.model.device)
-                keep = 0 if logits == "all" else 1
-                out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep).logits[0]
+            with cancellable(self.model, cancelled):
+                if self.steps is not None:
+                    out = self.steps.run(self.cache, list(new_ids), logits)
+                else:
+                    x = torch.tensor([new_ids], dtype=torch.long, device=self.model.device)
+                    keep = 0 if logits == "all" else 1
+                    out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep).logits[0]
+        except PassCancelled:
+            self._crop_layers_to_ids()
+            raise
         except BaseException:
             # A forward that died half-way may have appended to some layers only: start this cache afresh.
             self.steps = None if (self.steps is not None and self.steps.failed) else self.steps
@@ -73,6 +80,14 @@ class TrackedCache:
         self.ids.extend(new_ids)
         return None if logits == "none" else out.float()
 
+    def _crop_layers_to_ids(self) -> None:
+        """A pass stopped between layers: the layers before the stop hold its keys/values, the others do not.
+        Cut each layer back on its own, so the cached prefix stays valid and reusable."""
+        for layer in self.cache.layers:
+            extra = int(layer.get_seq_length()) - len(self.ids)
+            if extra > 0:
+                layer.crop(-extra)
+
     def reuse_prefix(self, ids: list[int]) -> int:
         """Drop what is not a prefix of ids; return how many of ids are already cached."""
         keep = common_prefix_length(self.ids, ids)
@@ -80,11 +95,14 @@ class TrackedCache:
         return keep
 
     def extend_to(self, ids: list[int], chunk: int = 512, cancelled=lambda: False) -> tuple[int, int]:
-        """Make the cache hold exactly ids, reusing the common prefix; prefill the rest in chunks (so a cancel
-        lands between chunks). Returns (reused, computed)."""
+        """Make the cache hold exactly ids, reusing the common prefix; prefill the rest in chunks. A cancel stops
+        the prefill within one decoder layer, keeping the chunks done so far. Returns (reused, computed)."""
         reused = self.reuse_prefix(ids)
         for start in range(reused, len(ids), chunk):
-            if cancelled():
+            if cancelled():  # a model without a layer gate can still stop between chunks
                 break
-            self.forward(ids[start:start + chunk], logits="none")
+            try:
+                self.forward(ids[start:start + chunk], logits="none", cancelled=cancelled)
+            except PassCancelled:
+                break
         return reused, len(self.ids) - reused

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from .drafters import Draft
+from .interrupt import PassCancelled
 from .kvcache import TrackedCache
 from .sampling import accept_greedy, accept_sampled
 from .types import CancelToken, CompletionRequest, CompletionResult, CompletionStats
@@ -84,10 +85,13 @@ class SpeculationController:
 
 def generate(target: TrackedCache, drafter, controller, request: CompletionRequest,
              decode: Callable[[list[int]], str], stop_token_ids: set[int], cancel: CancelToken | None = None,
-             on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
-    """drafter: one drafter, or {name: drafter} for a controller that picks among them."""
+             on_tokens: Callable[[list[int], str], None] | None = None,
+             on_phase: Callable[[str], None] | None = None) -> CompletionResult:
+    """drafter: one drafter, or {name: drafter} for a controller that picks among them. on_phase is told
+    "prefill", "draft" or "verify" as each begins. A cancel stops any model pass within one decoder layer."""
     drafters = drafter if isinstance(drafter, dict) else {ONE_DRAFTER: drafter}
     cancel = cancel or CancelToken()
+    on_phase = on_phase or (lambda phase: None)
     stats = CompletionStats(prompt_tokens=len(request.prompt_ids))
     generator = torch.Generator().manual_seed(request.seed) if request.seed is not None else None
     sampling = request.temperature > 0
@@ -104,6 +108,7 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
     if not prompt:
         raise ValueError("empty prompt")
     # Prefill everything but the last prompt token, reusing the session's cached prefix.
+    on_phase("prefill")
     stats.reused_prompt_tokens, stats.new_prompt_tokens = target.extend_to(prompt[:-1], cancelled=cancel.is_set)
     stats.seconds_prefill = time.perf_counter() - started
     tokens = prompt
@@ -113,6 +118,7 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
             return finish("cancelled")
         # Never draft past max_new_tokens: the pass itself adds one token of the target's.
         name, k = controller.choose(tokens, request.max_new_tokens - len(generated) - 1)
+        on_phase("draft")
         t0 = time.perf_counter()
         draft = drafters[name].propose(tokens, k, cancel.is_set) if k > 0 else Draft()
         draft = controller.review(draft)  # e.g. shorten a lookup draft from a source that is rarely right
@@ -122,8 +128,12 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
             return finish("cancelled")
 
         # One target pass scores the pending token and every draft.
+        on_phase("verify")
         t0 = time.perf_counter()
-        logits = target.forward([tokens[-1]] + draft.tokens)
+        try:
+            logits = target.forward([tokens[-1]] + draft.tokens, cancelled=cancel.is_set)
+        except PassCancelled:
+            return finish("cancelled")
         if sampling:
             n, next_token = accept_sampled(logits, draft.tokens, draft.probs, request.temperature,
                                            request.top_p, generator)

@@ -11,7 +11,8 @@ DrafterName = Literal["auto", "none", "draft", "lookup", "hybrid"]
 
 
 class CancelToken:
-    """Set from any thread; the decode loop checks it before every draft step and every verify pass."""
+    """Set from any thread; the decode loop checks it before every draft step and every verify pass, and every model
+    pass checks it between two decoder layers (engine/interrupt.py), so a long prefill stops within one layer."""
 
     def __init__(self) -> None:
         self._event = threading.Event()

@@ -1,0 +1,29 @@
+"""`codecue-bench server`'s cancel measures on the real server (tiny pair): the server reports which phase the
+engine is in, cancels sent in prefill and in decode stop the engine, and the next request is answered."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from codecue_bench.server_bench import CANCEL_PHASES, run_server_bench
+
+TRIALS = 2
+FILE = Path(__file__).resolve().parents[1] / "engine" / "speculative.py"
+
+
+def test_cancels_in_prefill_and_in_decode_stop_the_engine(tiny_pair_env):
+    # The step delay keeps decode running long enough to be caught; one torch thread on a shared machine.
+    env = dict(tiny_pair_env, CODECUE_TEST_STEP_DELAY_MS="25", OMP_NUM_THREADS="1")
+    result = run_server_bench(FILE, pair="tiny", keystrokes=1, cancel_trials=TRIALS, env=env)
+
+    rows = result["cancel_trials"]
+    for phase, seen in CANCEL_PHASES.items():
+        caught = [r for r in rows if r["phase"] == phase and r["caught"]]
+        summary = result["cancel"][phase]
+        assert summary["caught_trials"] == len(caught) == 2 * TRIALS
+        assert summary["cancel_to_engine_idle_ms"]["n"] == TRIALS
+        assert summary["cancel_to_next_result_ms"]["n"] == TRIALS
+        assert {r["phase_seen"] for r in caught} <= set(seen)
+        # The engine's result said "cancelled", and pygls answered the request as cancelled.
+        assert all(r["answered"] == "cancelled" for r in caught)
+    resources = result["server_stats"]["resources"]
+    assert (resources["engine_busy"], resources["engine_phase"]) == (False, "idle")

@@ -1,0 +1,189 @@
+"""A cancel stops the engine inside a forward pass, not after it: set from inside decoder layer k of a prefill,
+verify or draft pass, it keeps layer k+1 (and everything after) from running; the request ends "cancelled", every
+KV cache still holds exactly its ids, and the next request is exact and reuses the cached prefix.
+
+The models here are built for this file (4-layer target, 2-layer draft) so that there is a layer after the one
+that cancels, and so that the hooks that count layer calls never touch the models other tests share."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import pytest
+import torch
+from transformers import DynamicCache, StaticCache
+
+from engine import CancelToken, CompletionRequest, Engine
+from engine.kvcache import TrackedCache
+from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec
+from engine.testing import build_tiny_model
+from engine_helpers import STOP_IDS, random_prompt, reference_greedy, tiny_tokenizer
+
+MAX_NEW = 16
+K = 3  # pinned draft length: every draft is a catch-up pass plus one-token steps, every verify pass 4 tokens
+
+
+@dataclass
+class Trigger:
+    model: str
+    layer: int
+    tokens_ok: object  # (tokens in the pass) -> bool: which passes count
+    nth: int  # cancel in the nth counted pass
+    seen: int = 0
+
+
+class LayerLog:
+    """Logs every decoder-layer call of the given models, in order, and sets a cancel token from inside one."""
+
+    def __init__(self, engine: Engine, models: dict[str, torch.nn.Module]):
+        self.engine = engine
+        self.calls: list[tuple[str, int, int]] = []  # (model, layer, tokens in the pass)
+        self.trigger: Trigger | None = None
+        self.token: CancelToken | None = None
+        self.fired_at: int | None = None  # len(calls) when the token was set
+        self.state_at_fire: tuple[bool, str] | None = None  # (engine.busy, engine.phase) seen from inside the pass
+        self.handles = [layer.register_forward_hook(partial(self._after_layer, name, i))
+                        for name, model in models.items() for i, layer in enumerate(model.model.layers)]
+
+    def arm(self, trigger: Trigger) -> CancelToken:
+        self.trigger, self.token, self.fired_at, self.calls = trigger, CancelToken(), None, []
+        return self.token
+
+    def disarm(self) -> None:
+        self.trigger = None
+
+    def _after_layer(self, name: str, index: int, module, args, output) -> None:
+        tokens = args[0].shape[1]
+        self.calls.append((name, index, tokens))
+        t = self.trigger
+        if t is None or self.fired_at is not None or (name, index) != (t.model, t.layer) or not t.tokens_ok(tokens):
+            return
+        t.seen += 1
+        if t.seen == t.nth:
+            self.token.set()
+            self.fired_at = len(self.calls)
+            self.state_at_fire = (self.engine.busy, self.engine.phase)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.fixture
+def rig():
+    vocab = len(tiny_tokenizer())
+    target, draft = build_tiny_model(vocab, 4, 0), build_tiny_model(vocab, 2, 1)
+    fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
+    spec = ModelSpec(name="tiny-target", family="tiny", fim=fim, stop_token_ids=STOP_IDS)
+    engine = Engine(LoadedPair(spec=PairSpec("tiny", spec, spec), target=target, draft=draft,
+                               tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32))
+    log = LayerLog(engine, {"target": target, "draft": draft})
+    yield engine, log
+    log.remove()
+    engine.close()
+
+
+def request(prompt: list[int]) -> CompletionRequest:
+    return CompletionRequest(prompt, MAX_NEW, session="doc", drafter="draft", max_draft_tokens=K, adaptive_k=False)
+
+
+@torch.inference_mode()
+def assert_consistent(cache: TrackedCache) -> None:
+    """Every layer holds exactly len(ids) positions, and they are the keys/values of ids (a fresh run's)."""
+    n = len(cache.ids)
+    assert [int(layer.get_seq_length()) for layer in cache.cache.layers] == [n] * len(cache.cache.layers)
+    if n == 0:
+        return
+    fresh = DynamicCache(config=cache.model.config)
+    cache.model(input_ids=torch.tensor([cache.ids]), cache=fresh, use_cache=True)
+    for got, want in zip(cache.cache.layers, fresh.layers):
+        assert torch.allclose(got.keys[..., :n, :], want.keys, atol=1e-4)
+        assert torch.allclose(got.values[..., :n, :], want.values, atol=1e-4)
+
+
+PROMPT_TOKENS = 700  # after an edit near the top: two prefill chunks (512 + 137 tokens)
+
+
+def edited_near_top(prompt: list[int], seed: int) -> list[int]:
+    return prompt[:50] + random_prompt(seed, length=len(prompt) - 50)
+
+
+# name: (where the cancel is set, the phase the engine reports meanwhile)
+CASES = {
+    # The second 512-token chunk of a prefill after an edit near the top: the first chunk stays cached.
+    "prefill": (Trigger("target", 1, lambda n: n > K + 1, nth=2), "prefill"),
+    # The third verify pass ([pending] + K drafts).
+    "verify": (Trigger("target", 1, lambda n: n == K + 1, nth=3), "verify"),
+    # The draft model's catch-up over the whole prompt (its cache starts empty).
+    "draft-catch-up": (Trigger("draft", 0, lambda n: n > K + 1, nth=1), "draft"),
+    # A one-token draft step of the second draft.
+    "draft-step": (Trigger("draft", 0, lambda n: n == 1, nth=4), "draft"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_cancel_inside_layer_k_stops_the_pass_before_layer_k_plus_1(rig, case):
+    engine, log = rig
+    trigger, phase = CASES[case]
+    first = random_prompt(21, length=PROMPT_TOKENS)
+    prompt = edited_near_top(first, 22) if case == "prefill" else first
+    expected = reference_greedy(engine.pair.target, prompt, MAX_NEW)
+    assert len(expected) == MAX_NEW  # no early end: the cancel really catches a running generation
+    if case == "prefill":
+        engine.complete(request(first))  # the session caches the old text; the edit leaves 50 tokens reusable
+
+    token = log.arm(trigger)
+    result = engine.submit(request(prompt), token).result(timeout=120)
+    log.disarm()
+
+    assert log.fired_at is not None, "the trigger never fired"
+    assert log.calls[log.fired_at:] == []  # no layer of either model ran after the cancel, not even layer k+1
+    assert result.finish_reason == "cancelled"
+    assert log.state_at_fire == (True, phase)
+    assert (engine.busy, engine.phase) == (False, "idle")
+
+    session = engine.sessions["doc"]
+    assert_consistent(session.target)
+    assert_consistent(session.draft)
+    if case == "prefill":  # the first chunk after the edit survived the cancel of the second
+        assert session.target.ids == prompt[:50 + 512]
+    else:  # the prompt and whatever was committed before the cancel, but the pending last token
+        assert session.target.ids == (prompt + result.token_ids)[:-1]
+        assert result.token_ids == expected[:len(result.token_ids)]
+    cached = len(session.target.ids)
+
+    again = engine.complete(request(prompt))
+    assert again.finish_reason == "length"
+    assert again.token_ids == expected  # target-alone output, token for token
+    assert again.stats.reused_prompt_tokens == min(cached, len(prompt) - 1)
+
+
+def test_a_cancel_inside_a_pass_on_a_static_cache_keeps_its_prefix():
+    """Compiled models (engine/compiled.py) prefill eagerly on a StaticCache: its layers are cut back too."""
+    vocab = len(tiny_tokenizer())
+    model = build_tiny_model(vocab, 4, 0)
+    calls, token, armed = [], CancelToken(), [False]
+
+    def after(index, module, args, output):
+        calls.append(index)
+        if armed[0] and index == 1 and args[0].shape[1] > 8:
+            token.set()
+    handles = [layer.register_forward_hook(partial(after, i)) for i, layer in enumerate(model.model.layers)]
+    try:
+        cache = TrackedCache(model, cache=StaticCache(config=model.config, max_cache_len=256))
+        prompt = random_prompt(23, length=200)
+        with torch.inference_mode():
+            cache.extend_to(prompt[:60])
+            calls.clear()
+            armed[0] = True
+            assert cache.extend_to(prompt[:-1], chunk=64, cancelled=token.is_set) == (60, 0)
+            assert calls == [0, 1]
+            assert [int(layer.get_seq_length()) for layer in cache.cache.layers] == [60] * 4
+            armed[0] = False
+            cache.extend_to(prompt[:-1])
+            logits = cache.forward(prompt[-1:], logits="last")[-1]
+            want = model(input_ids=torch.tensor([prompt]), use_cache=False).logits[0, -1]
+        assert torch.allclose(logits, want, atol=1e-4)
+    finally:
+        for handle in handles:
+            handle.remove()
