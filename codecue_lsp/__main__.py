@@ -47,7 +47,7 @@ def check(settings) -> int:
     from engine.models import ModelsError
 
     from .prompt import OpenDocument
-    from .server import build_completer
+    from .loading import build_completer
 
     print(f"codecue-lsp --check: pair {settings.pair!r}", flush=True)
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Per-document request scheduling: at most one completion in flight per document.
+"""Per-document request scheduling: at most one completion in flight per document; prompts built off the loop.
 
 A newer request or an edit of the same document supersedes the older request: its CancelToken is set (the engine
 stops within one speculative step) and its handler answers an empty list instead of stale text.
@@ -8,9 +8,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from engine.types import CancelToken
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,3 +80,53 @@ async def await_engine(future: concurrent.futures.Future, token: CancelToken):
     except asyncio.CancelledError:
         token.set()
         raise
+
+
+class PromptWorker:
+    """The one thread that runs tree-sitter parses and prompt building, off the event loop (a large file takes
+    50-100 ms, which would hold up `$/cancelRequest` and edits). First in first out: a prompt is built after the
+    syntax updates of the edits before it, and whatever it touches (the syntax cache) is only touched here."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-prompt")
+        self._latest: dict[str, object] = {}  # key -> newest value queued by `latest_only`, until it has run
+        self._lock = threading.Lock()
+
+    async def call(self, fn, *args):
+        """fn(*args) on the worker, awaited; a cancelled caller drops it if it has not started yet."""
+        return await asyncio.wrap_future(self._pool.submit(fn, *args))
+
+    def run(self, fn, *args) -> concurrent.futures.Future | None:
+        """fn(*args) on the worker, errors logged; None once shut down."""
+        try:
+            return self._pool.submit(_logged, fn, *args)
+        except RuntimeError:  # shut down: the server is exiting
+            return None
+
+    def latest_only(self, key: str, fn, value) -> concurrent.futures.Future | None:
+        """fn(value) on the worker, skipped if a newer value for `key` was queued meanwhile (during a burst of
+        keystrokes only the last text needs parsing) or `forget(key)` was called."""
+        with self._lock:
+            self._latest[key] = value
+
+        def if_latest() -> None:
+            with self._lock:
+                if self._latest.get(key) is not value:
+                    return
+                del self._latest[key]
+            fn(value)
+        return self.run(if_latest)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._latest.pop(key, None)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _logged(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:
+        logger.exception("%s failed", getattr(fn, "__name__", fn))

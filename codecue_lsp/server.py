@@ -14,7 +14,6 @@ import os
 import re
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -22,9 +21,10 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
 from .config import CONFIG_SECTION, Settings, configure_logging, quiet_pygls, restart_needed
+from .loading import load_models
 from .positions import UNIT_COUNTERS, count_units, cursor_at, item_edit, utf16_units
 from .protocol import CodeCueProtocol
-from .scheduler import Scheduler, await_engine, debounce
+from .scheduler import PromptWorker, Scheduler, await_engine, debounce
 from .telemetry import Telemetry, event_params
 from .typethrough import TypeThroughCache
 from .workspace_sync import WorkspaceSync
@@ -67,6 +67,7 @@ class CodeCueServer(LanguageServer):
         self.load_error: str | None = None
         self.initialization_options = None
         self.syntax = _new_syntax_cache()
+        self.prompt_worker = PromptWorker()  # owns self.syntax: parses and prompt building, off the loop
         self._load_task: asyncio.Task | None = None
         self.workspace_sync = WorkspaceSync(self._indexable_text)
 
@@ -117,17 +118,47 @@ class CodeCueServer(LanguageServer):
         doc = self.workspace.text_documents.get(unquote(uri))
         return doc.version if doc is not None else None
 
-    def update_syntax(self, uri: str) -> None:
+    def update_syntax(self, uri: str):
+        """Queue a parse of the document's current text (taken now, on the loop) on the prompt worker."""
         snap = self.snapshot(uri)
         if self.syntax is None or snap is None:
-            return
+            return None
+        return self.prompt_worker.latest_only(snap.uri, self._apply_syntax, snap)
+
+    def _apply_syntax(self, snap: Snapshot) -> None:
         try:
             if len(snap.text) > MAX_DOCUMENT_CHARS:
                 self.syntax.close(snap.uri)
             else:
                 self.syntax.update(snap.uri, snap.language_id, snap.text)
         except Exception:
-            logger.exception("syntax update failed for %s", uri)
+            logger.exception("syntax update failed for %s", snap.uri)
+
+    def close_document(self, uri: str) -> None:
+        """Forget a closed document everywhere; the slow parts (engine lock, syntax cache) off the loop."""
+        self.scheduler.supersede(uri)
+        self.typethrough.forget(uri)
+        self.sync_workspace(uri, closed=True)
+        if self.syntax is not None:
+            self.prompt_worker.forget(uri)
+            self.prompt_worker.run(self.syntax.close, uri)
+        engine = getattr(self.completer, "engine", None)
+        if hasattr(engine, "forget_session"):
+            try:
+                engine.forget_session(uri)
+            except RuntimeError:  # the engine has shut down
+                pass
+
+    async def prepare_prompt(self, ticket, doc, line: int, character_utf16: int):
+        """The completer's prepared request, built on the prompt worker; None when the ticket was superseded
+        before its turn came. Everything the thread reads is taken here: immutable texts, the settings object."""
+        settings, others, completer = self.settings, self.other_documents(doc.uri), self.completer
+
+        def build():
+            if not ticket.live:
+                return None
+            return completer.prepare(doc, line, character_utf16, settings, other_docs=others)
+        return await self.prompt_worker.call(build)
 
     def sync_workspace(self, uri: str, closed: bool = False) -> None:
         engine, key = getattr(self.completer, "engine", None), unquote(uri)
@@ -138,6 +169,7 @@ class CodeCueServer(LanguageServer):
         return snap.text if snap is not None and len(snap.text) <= MAX_DOCUMENT_CHARS else None
 
     def other_documents(self, uri: str) -> list:
+        """Snapshots of the other open documents (their texts are immutable strings: safe to hand to a thread)."""
         from .prompt import OpenDocument
 
         out = []
@@ -166,11 +198,13 @@ def resource_sizes(ls: CodeCueServer, engine) -> dict:
     return {
         "open_documents": len(ls.workspace.text_documents),
         "in_flight": len(ls.scheduler._in_flight),
+        "request_futures": len(ls.protocol._request_futures),
         "typethrough_entries": len(ls.typethrough),
         "syntax_documents": len(ls.syntax._entries) if ls.syntax is not None else 0,
         "latency_samples": len(ls.telemetry.latencies_ms),
         "engine_sessions": len(engine.sessions) if engine is not None else 0,
         "engine_busy": bool(getattr(engine, "busy", False)),
+        "engine_phase": str(getattr(engine, "phase", "idle")),
         "index_documents": len(engine.workspace) if engine is not None else 0,
     }
 
@@ -226,8 +260,11 @@ async def inline_completion(ls: CodeCueServer, params: lsp.InlineCompletionParam
 
         doc = OpenDocument(uri=snap.uri, language_id=snap.language_id, text=snap.text)
         character_utf16 = count_units(cursor.line_prefix(snap.text), utf16_units)
-        prepared = ls.completer.prepare(doc, cursor.line, character_utf16, ls.settings,
-                                        other_docs=ls.other_documents(snap.uri))
+        prepared = await ls.prepare_prompt(ticket, doc, cursor.line, character_utf16)
+        # An edit, a newer request or a cancel that arrived while the prompt was built wins.
+        if prepared is None or not ticket.live or ls.current_version(snap.uri) != snap.version:
+            tel.count("stale")
+            return empty()
         future = ls.completer.submit(prepared, ticket.token)
         _record_engine_totals(future, tel)
         result = await await_engine(future, ticket.token)
@@ -263,64 +300,6 @@ def _record_engine_totals(future, tel: Telemetry) -> None:
     future.add_done_callback(done)
 
 
-async def load_models(ls: CodeCueServer) -> None:
-    """Load the pair in a thread, showing progress; on failure tell the user how to fix it and keep serving."""
-    from engine.models import ModelsError
-
-    settings = ls.settings
-    token = f"codecue-load-{uuid.uuid4().hex[:8]}"
-    progress = await _create_progress(ls, token)
-    if progress:
-        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(
-            title="CodeCue", message=f"loading model pair {settings.pair}", percentage=0))
-    try:
-        completer = await asyncio.to_thread(build_completer, settings, ls.syntax)
-    except Exception as exc:
-        if isinstance(exc, ModelsError):
-            message = f"CodeCue: {exc}"
-        else:
-            logger.exception("loading the model pair failed")
-            message = (f"CodeCue could not load model pair {settings.pair!r} ({exc}). "
-                       f"Run `codecue-models fetch` (or `codecue-models verify`) and restart.")
-        if "codecue-models fetch" not in message:
-            message += " Run `codecue-models fetch` and restart."
-        ls.load_error = message
-        logger.error("%s", message)
-        ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
-        if progress:
-            ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="model loading failed"))
-        return
-    ls.completer = completer
-    logger.info("model pair %s ready", settings.pair)
-    for uri in list(ls.workspace.text_documents):
-        ls.sync_workspace(uri)
-    if progress:
-        ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
-        ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))
-
-
-def build_completer(settings: Settings, syntax=None):
-    from engine.engine import Engine
-    from engine.models import load_pair
-
-    from .completer import Completer
-
-    pair = load_pair(settings.pair, device=settings.device, dtype=settings.dtype)
-    return Completer(Engine(pair), syntax=syntax)
-
-
-async def _create_progress(ls: CodeCueServer, token: str) -> bool:
-    window = ls.client_capabilities.window
-    if not (window and window.work_done_progress):
-        return False
-    try:
-        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
-        return True
-    except Exception as exc:
-        logger.warning("window/workDoneProgress/create failed: %s", exc)
-        return False
-
-
 def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     server = CodeCueServer(cli_settings)
 
@@ -354,12 +333,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(ls: CodeCueServer, params: lsp.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        ls.scheduler.supersede(uri)
-        ls.typethrough.forget(uri)
-        ls.sync_workspace(uri, closed=True)
-        if ls.syntax is not None:
-            ls.syntax.close(uri)
+        ls.close_document(params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def on_inline_completion(ls: CodeCueServer, params: lsp.InlineCompletionParams):
@@ -393,6 +367,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     def on_shutdown(ls: CodeCueServer, params) -> None:
         ls.scheduler.cancel_all()
         ls.workspace_sync.shutdown()
+        ls.prompt_worker.shutdown()
         if ls.completer is not None:
             ls.completer.engine.close()
 
@@ -422,11 +397,14 @@ def run(cli_settings: dict, tcp_port: int | None = None) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     settings = Settings().merged(cli_settings)
     configure_logging(settings.log_level, settings.log_file)
+    from .transport import serve_stdio, serve_tcp
+
     server = make_server(cli_settings)
+    # Our own frame reader (transport.py): pygls' trusts Content-Length and dies or desynchronises on garbage.
     if tcp_port is not None:
-        server.start_tcp("127.0.0.1", tcp_port)  # loopback only: completions expose the user's code
+        serve_tcp(server, "127.0.0.1", tcp_port)  # loopback only: completions expose the user's code
     else:
-        server.start_io()
+        serve_stdio(server)
     # The loop has ended (exit notification, or the client went away). Leave now: interpreter shutdown would join
     # the engine's and pygls's worker threads, and one of those may sit in a blocking read of stdin.
     hard_exit(0 if server.protocol._shutdown else 1)

@@ -58,7 +58,10 @@ class TypeThroughCache:
         return rest
 
     def forget(self, uri: str) -> None:
+        """A closed document: nothing of it is answered again, and its entries leave room for open ones."""
         self._last.pop(uri, None)
+        for key in [key for key in self._entries if key[0] == uri]:
+            del self._entries[key]
 
     def clear(self) -> None:
         self._entries.clear()

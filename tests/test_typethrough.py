@@ -48,8 +48,11 @@ def test_documents_are_separate_and_forget():
     c = TypeThroughCache()
     c.remember(U, "abc", "", "def")
     assert c.lookup("file:///b.py", "abcd", "") is None
+    c.remember("file:///b.py", "xyz", "", "w")
     c.forget(U)
     assert c.lookup(U, "abcd", "") is None
+    assert c.lookup(U, "abc", "") is None  # the exact-prefix entry is gone too, not only the last suggestion
+    assert len(c) == 1 and c.lookup("file:///b.py", "xyz", "") == "w"
 
 
 def test_empty_suggestion_not_stored_and_lru_bounded():

@@ -1,0 +1,75 @@
+"""Loading the model pair behind the server: in its own thread, with progress, and a message that names the fix."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from lsprotocol import types as lsp
+
+from .config import Settings
+
+logger = logging.getLogger(__name__)
+
+LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-load")
+
+
+async def load_models(ls) -> None:
+    """Load the pair in a thread, showing progress; on failure tell the user how to fix it and keep serving."""
+    from engine.models import ModelsError
+
+    settings = ls.settings
+    token = f"codecue-load-{uuid.uuid4().hex[:8]}"
+    progress = await _create_progress(ls, token)
+    if progress:
+        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(
+            title="CodeCue", message=f"loading model pair {settings.pair}", percentage=0))
+    try:
+        # Not the loop's default executor: asyncio.run waits for that one at exit, and a client that leaves while the
+        # weights load would wait for the whole load.
+        completer = await asyncio.get_running_loop().run_in_executor(LOADER, build_completer, settings, ls.syntax)
+    except Exception as exc:
+        if isinstance(exc, ModelsError):
+            message = f"CodeCue: {exc}"
+        else:
+            logger.exception("loading the model pair failed")
+            message = (f"CodeCue could not load model pair {settings.pair!r} ({exc}). "
+                       f"Run `codecue-models fetch` (or `codecue-models verify`) and restart.")
+        if "codecue-models fetch" not in message:
+            message += " Run `codecue-models fetch` and restart."
+        ls.load_error = message
+        logger.error("%s", message)
+        ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
+        if progress:
+            ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="model loading failed"))
+        return
+    ls.completer = completer
+    logger.info("model pair %s ready", settings.pair)
+    for uri in list(ls.workspace.text_documents):
+        ls.sync_workspace(uri)
+    if progress:
+        ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
+        ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))
+
+
+def build_completer(settings: Settings, syntax=None):
+    from engine.engine import Engine
+    from engine.models import load_pair
+
+    from .completer import Completer
+
+    pair = load_pair(settings.pair, device=settings.device, dtype=settings.dtype)
+    return Completer(Engine(pair), syntax=syntax)
+
+
+async def _create_progress(ls, token: str) -> bool:
+    window = ls.client_capabilities.window
+    if not (window and window.work_done_progress):
+        return False
+    try:
+        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
+        return True
+    except Exception as exc:
+        logger.warning("window/workDoneProgress/create failed: %s", exc)
+        return False
