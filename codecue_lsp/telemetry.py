@@ -9,6 +9,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+LATENCY_WINDOW = 2000  # latency percentiles cover the last this many requests (a soak sees it fill, then stay)
+
 COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
             "shown", "accepted", "rejected", "errors")
 
@@ -45,7 +47,7 @@ class EngineTotals:
 @dataclass
 class Telemetry:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
-    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     accepted_chars: int = 0
     shown_chars: int = 0
     engine: EngineTotals = field(default_factory=EngineTotals)

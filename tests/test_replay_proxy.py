@@ -13,7 +13,7 @@ import pytest
 from lsprotocol import types
 
 from codecue_lsp.replay import client as lsp
-from codecue_lsp.replay.proxy import add_truths, minimal_change
+from codecue_lsp.replay.proxy import Recorder, add_truths, minimal_change
 from codecue_lsp.replay.runner import ServerConfig, run_trace
 from codecue_lsp.replay.trace import Document, read_trace, replay_documents
 
@@ -169,3 +169,26 @@ def test_truths_follow_later_edits():
     ]
     truths = [e["text"] for e in add_truths(events) if e["type"] == "truth"]
     assert truths == ["foo(2)\n", "2)\n"]
+
+
+def test_a_closed_document_is_recorded_and_settles_its_truths(tmp_path):
+    recorder = Recorder(["server"], str(tmp_path / "trace.jsonl"))
+    for method, params in [
+        ("textDocument/didOpen", {"textDocument": {"uri": URI, "languageId": "python", "version": 1,
+                                                   "text": "x = 1\n"}}),
+        ("textDocument/didClose", {"textDocument": {"uri": URI}}),
+        ("textDocument/didOpen", {"textDocument": {"uri": URI, "languageId": "python", "version": 1,
+                                                   "text": "y = 2\n"}}),
+    ]:
+        recorder.observe(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode())
+    events = recorder.close()
+    assert [e["type"] for e in events] == ["meta", "open", "close", "open"]
+    assert events[2]["uri"] == URI and replay_documents(events) == {URI: "y = 2\n"}
+    with_truths = add_truths([
+        {"t": 0, "type": "open", "uri": URI, "text": "x = \n"},
+        {"t": 1, "type": "request", "uri": URI, "line": 0, "character": 4},
+        {"t": 2, "type": "change", "uri": URI, "range": [0, 4, 0, 4], "text": "1"},
+        {"t": 3, "type": "close", "uri": URI},
+        {"t": 4, "type": "change", "uri": URI, "range": [0, 4, 0, 4], "text": "2"},  # not this document any more
+    ])
+    assert [e["text"] for e in with_truths if e["type"] == "truth"] == ["1\n"]

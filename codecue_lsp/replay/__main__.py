@@ -2,9 +2,11 @@
 
   codecue-replay synth FILE... --out TRACE.jsonl [--wpm 60..120] [--seed N] [--start-fraction F]
                  [--max-keystrokes N] [--keep-suffix] [--humaneval 0,1,2] [--fim-holes N]
+                 [--rotate N [--visit-keystrokes 40] [--switch-every 5]]
   codecue-replay record --out TRACE.jsonl -- SERVER COMMAND...
   codecue-replay run TRACE.jsonl [--server "codecue-lsp --stdio"] [--speed 2 | --as-fast-as-possible]
                  [--compare "LABEL=EXTRA SERVER ARGS" ...] [--json REPORT.json] [--html REPORT.html]
+                 [--sample-every 50] [--soak]
 """
 from __future__ import annotations
 
@@ -42,6 +44,11 @@ def cmd_synth(args) -> int:
         raise SystemExit("codecue-replay synth: give source FILEs or --humaneval TASKS")
     if args.fim_holes:
         events = synth.synth_holes(sources, args.fim_holes, args.seed)
+    elif args.rotate:
+        if not args.max_keystrokes:
+            raise ValueError("--rotate needs --max-keystrokes (how long the soak trace is)")
+        events = synth.synth_rotation(sources, args.max_keystrokes, args.rotate, args.visit_keystrokes,
+                                      args.switch_every, args.seed, args.wpm)
     else:
         events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix)
     write_trace(args.out, events)
@@ -72,19 +79,29 @@ def cmd_run(args) -> int:
         print(f"[{config.label}] {shlex.join(config.command)}", file=sys.stderr)
         progress = make_progress(len(events), config.label)
         try:
-            results.append(run_trace(events, config, speed, args.tail_timeout, progress.update if progress else None))
+            results.append(run_trace(events, config, speed, args.tail_timeout, progress.update if progress else None,
+                                     args.sample_every))
         finally:
             if progress:
                 progress.close()
     summaries = [summarize(r) for r in results]
     print(comparison_table(summaries))
+    soak_failed = False
+    if args.soak:
+        from .soak import verdict_lines
+
+        for summary in summaries:
+            soak = summary["soak"] or {"passed": False, "failures": ["no samples (--sample-every 0?)"],
+                                       "samples_after_warmup": 0, "warmup_request": None, "requests": 0}
+            print("\n".join(verdict_lines(summary["label"], soak)))
+            soak_failed |= not soak["passed"]
     if args.json:
         write_json(args.json, results, args.trace)
     if args.html:
         from .html import write_html
 
         write_html(args.html, results, args.trace)
-    return 1 if any(s["server_error"] for s in summaries) else 0
+    return 1 if soak_failed or any(s["server_error"] for s in summaries) else 0
 
 
 def make_progress(total: int, label: str):
@@ -112,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--humaneval", help="HumanEval problems (e.g. 0,3,10-12): prompt open, solution typed")
     p.add_argument("--fim-holes", type=int, default=0, metavar="N",
                    help="instead of typing: N documents per file, each with one line/block removed")
+    p.add_argument("--rotate", type=int, default=0, metavar="N",
+                   help="soak trace: N files open at once, typed in turn; each closes after its visit and the next "
+                        "file opens under a new URI (needs --max-keystrokes)")
+    p.add_argument("--visit-keystrokes", type=int, default=40, help="with --rotate: keystrokes per visit of a file")
+    p.add_argument("--switch-every", type=int, default=5, help="with --rotate: keystrokes before the next file")
     p.set_defaults(func=cmd_synth)
 
     p = commands.add_parser("record", help="proxy an editor's stdio to a server and record a trace")
@@ -129,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run against the server command plus ARGS; repeat to compare configurations")
     p.add_argument("--json", help="write the full report (summary + every request) here")
     p.add_argument("--html", help="write a self-contained HTML report here")
+    p.add_argument("--sample-every", type=int, default=50, metavar="N",
+                   help="sample the server's RSS and codecue.stats resources every N requests (0: never)")
+    p.add_argument("--soak", action="store_true",
+                   help="print the soak verdict (RSS within 5 %% after the first 20 %% of requests, no structure "
+                        "growing) and exit 1 when it fails")
     p.add_argument("--tail-timeout", type=float, default=60.0,
                    help="seconds to wait for answers still pending at the end (and per request without a clock)")
     p.set_defaults(func=cmd_run)

@@ -109,19 +109,21 @@ def process_tree(pid: int) -> list[int]:
     return pids
 
 
-def peak_rss_mb(pid: int) -> float | None:
-    """Peak resident memory of the server and its children (VmHWM), MB; psutil's current RSS off Linux."""
+def _status_mb(pid: int, field: str) -> float | None:
+    """Sum of one /proc/<pid>/status memory field (kB) over the server and its children, MB; None off Linux."""
     total, found = 0, False
     for member in process_tree(pid):
         try:
             for line in Path(f"/proc/{member}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     total += int(line.split()[1])
                     found = True
         except OSError:
             continue
-    if found:
-        return total / 1024.0
+    return total / 1024.0 if found else None
+
+
+def _psutil_rss_mb(pid: int) -> float | None:
     try:
         import psutil
     except ImportError:
@@ -130,3 +132,15 @@ def peak_rss_mb(pid: int) -> float | None:
         return psutil.Process(pid).memory_info().rss / 2**20
     except psutil.Error:
         return None
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """Peak resident memory of the server and its children (VmHWM), MB; psutil's current RSS off Linux."""
+    peak = _status_mb(pid, "VmHWM")
+    return peak if peak is not None else _psutil_rss_mb(pid)
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of the server and its children now (VmRSS), MB."""
+    now = _status_mb(pid, "VmRSS")
+    return now if now is not None else _psutil_rss_mb(pid)

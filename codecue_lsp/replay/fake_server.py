@@ -1,11 +1,13 @@
 """A fake inline-completion server with known behaviour, to check the replay harness (and the proxy) exactly.
 
-    python -m codecue_lsp.replay.fake_server [--delay-ms 50] [--text TEXT | --oracle FILE] [--log FILE]
+    python -m codecue_lsp.replay.fake_server [--delay-ms 50] [--text TEXT | --oracle FILE] [--log FILE] [--leak-kb N]
 
 It answers `textDocument/inlineCompletion` after a fixed delay with a fixed text, or with the rest of the line at
 the same position in an oracle file (the file a synthetic trace was typed from: every answer is then right).
 It honours `$/cancelRequest` (pygls cancels the waiting task and answers -32800), answers
 `workspace/executeCommand codecue.stats` with its counters, and can log every message it receives to a file.
+With --leak-kb it keeps N KB per request forever and reports how many under "resources", as a leaking server would:
+the soak verdict must catch it.
 """
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ from pygls.lsp.server import LanguageServer
 from .trace import utf16_to_index
 
 
-def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str | None) -> LanguageServer:
+def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str | None,
+                leak_kb: int = 0) -> LanguageServer:
     server = LanguageServer("codecue-fake", "0.1")
     counters = {"requests": 0, "completed": 0, "cancelled": 0}
+    leaked: list[bytes] = []
     oracle_lines = Path(oracle).read_text(encoding="utf-8").split("\n") if oracle else None
 
     if log:
@@ -48,6 +52,8 @@ def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams):
         counters["requests"] += 1
+        if leak_kb:
+            leaked.append(b"x" * (leak_kb * 1024))  # written, so resident (zero pages would not count)
         try:
             await asyncio.sleep(delay_ms / 1000.0)
         except asyncio.CancelledError:
@@ -60,7 +66,7 @@ def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str 
 
     @server.command("codecue.stats")
     def stats(ls: LanguageServer, *args):
-        return dict(counters)
+        return dict(counters, resources={"leaked_buffers": len(leaked)}) if leak_kb else dict(counters)
 
     return server
 
@@ -71,9 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", default="pass", help="the suggestion for every request")
     parser.add_argument("--oracle", help="answer with the rest of the line at the cursor in this file")
     parser.add_argument("--log", help="append every received message (JSON) to this file")
+    parser.add_argument("--leak-kb", type=int, default=0, help="keep this many KB per request, forever")
     parser.add_argument("--stdio", action="store_true", help="accepted for command-line compatibility")
     args = parser.parse_args(argv)
-    make_server(args.delay_ms, args.text, args.oracle, args.log).start_io()
+    make_server(args.delay_ms, args.text, args.oracle, args.log, args.leak_kb).start_io()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""A self-contained HTML report: summary table, latency CDF and per-request timelines (PNG embedded as base64)."""
+"""A self-contained HTML report: summary table, latency CDF and per-request timelines (PNG embedded as base64), and
+for runs sampled during the replay the soak curve (RSS and resource sizes against request number) as inline SVG."""
 from __future__ import annotations
 
 import base64
@@ -7,6 +8,7 @@ import io
 
 from .report import comparison_table, summarize
 from .runner import RunResult
+from .soak import RSS_TOLERANCE, RSS_WINDOW, rolling_median, sizes, verdict_lines
 
 OUTCOME_STYLE = {  # outcome -> (colour, marker, legend)
     "shown": ("tab:green", "o", "shown in time"),
@@ -70,6 +72,63 @@ def timeline(result: RunResult) -> str:
     return png
 
 
+def figure_svg(fig) -> str:
+    """The figure as an <svg> element to put straight into the page (text stays text: smaller, searchable)."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", bbox_inches="tight")
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # without the XML declaration and DOCTYPE
+
+
+def soak_curve(result: RunResult, soak: dict) -> str:
+    """RSS (with the warm-up point and the allowed band) and every resource size, against request number."""
+    import matplotlib.pyplot as plt
+
+    requests = [s["request"] for s in result.samples]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    rss = [s["rss_mb"] for s in result.samples]
+    if all(v is not None for v in rss):
+        top.plot(requests, rss, color="tab:purple", alpha=0.4, linewidth=1, label="server RSS (MB)")
+        top.plot(requests, rolling_median(rss, RSS_WINDOW), color="tab:purple",
+                 label=f"median of {RSS_WINDOW} samples (judged)")
+    baseline = (soak.get("rss_mb") or {}).get("at_warmup")
+    if baseline is not None:
+        top.axhspan(baseline * (1 - RSS_TOLERANCE), baseline * (1 + RSS_TOLERANCE), color="tab:green", alpha=0.12,
+                    label=f"warm-up value +-{RSS_TOLERANCE:.0%}")
+    for ax in (top, bottom):
+        if soak.get("warmup_request") is not None:
+            ax.axvline(soak["warmup_request"], color="gray", linestyle="--", linewidth=1)
+        ax.grid(alpha=0.3)
+    top.set_ylabel("MB")
+    top.set_title(f"{result.label}: soak {'passed' if soak['passed'] else 'FAILED'} (dashed line: end of warm-up)")
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    names = sorted({name for s in result.samples for name in sizes(s)})
+    for name in names:
+        bottom.step(requests, [sizes(s).get(name, 0) for s in result.samples], where="post", label=name)
+    bottom.set_yscale("symlog", linthresh=10)  # sizes from 0-1 (in flight) to thousands (latency samples)
+    bottom.set_xlabel("requests sent")
+    bottom.set_ylabel("entries")
+    if names:
+        bottom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    svg = figure_svg(fig)
+    plt.close(fig)
+    return svg
+
+
+def soak_sections(results: list[RunResult]) -> str:
+    parts = []
+    for result in results:
+        soak = summarize(result)["soak"]
+        if soak is None or len(result.samples) < 2:
+            continue
+        parts.append(f"<h2>Soak: {html.escape(result.label)}</h2>\n{soak_curve(result, soak)}\n"
+                     f"<pre>{html.escape(chr(10).join(verdict_lines(result.label, soak)))}</pre>")
+    return "\n".join(parts)
+
+
 def render(results: list[RunResult], trace_path: str) -> str:
     import matplotlib
 
@@ -78,6 +137,7 @@ def render(results: list[RunResult], trace_path: str) -> str:
     images = [("Latency CDF", latency_cdf(results))] + [(f"Timeline: {r.label}", timeline(r)) for r in results]
     body = "\n".join(f"<h2>{html.escape(title)}</h2>\n<img alt='{html.escape(title)}' src='data:image/png;base64,"
                      f"{png}'>" for title, png in images)
+    body += "\n" + soak_sections(results)
     commands = "\n".join(f"<li><b>{html.escape(r.label)}</b>: <code>{html.escape(' '.join(r.command))}</code></li>"
                          for r in results)
     return f"""<!doctype html>

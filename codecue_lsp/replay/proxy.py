@@ -125,6 +125,10 @@ class Recorder:
                     span, text = minimal_change(doc.text, change["text"], doc)
                 doc.apply(span, text)
                 self.emit({"t": self.now(), "type": "change", "uri": uri, "range": span, "text": text})
+        elif method == "textDocument/didClose":
+            uri = params["textDocument"]["uri"]
+            self.docs.pop(uri, None)
+            self.emit({"t": self.now(), "type": "close", "uri": uri})
         elif method == "textDocument/inlineCompletion" and "id" in message:
             self.completion_ids.add(message["id"])
             position = params["position"]
@@ -165,6 +169,9 @@ def add_truths(events: list[dict]) -> list[dict]:
                 elif anchor[1] > start:  # its position was deleted: it moves to the edit
                     anchor[1] = start
             doc.apply(event["range"], event["text"])
+        elif kind == "close" and uri in docs:
+            settle(uri)  # what was typed after a request ends when the document closes
+            del docs[uri]
         elif kind == "request" and uri in docs:
             anchors.setdefault(uri, []).append([index, docs[uri].offset(event["line"], event["character"])])
     for uri in list(anchors):

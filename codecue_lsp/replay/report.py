@@ -9,6 +9,7 @@ Definitions (per inline-completion request):
 - accepted: a suggestion shown in time (answered, under --as-fast-as-possible) whose first line matches exactly;
   chars saved: the length of the common prefix of suggestion and truth (truth spans up to a few lines).
 - cancel latency: `$/cancelRequest` sent -> the server's response to the cancelled request.
+- soak: RSS and resource sizes after warm-up, from the samples taken during the run (see soak.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import math
 
 from .runner import RunResult
+from .soak import verdict
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -65,6 +67,7 @@ def summarize(result: RunResult) -> dict:
         "wall_s": result.wall_s,
         "server_error": result.server_error,
         "server_stats": result.server_stats,
+        "soak": verdict(result.samples, len(records)) if result.samples else None,
     }
 
 

@@ -4,6 +4,9 @@ Editor behaviour modelled (VS Code's): a keystroke cancels the inline-completion
 (`$/cancelRequest`), then sends `didChange` (incremental), then a new request at the cursor. A recorded trace
 (meta source "record") replays the editor's own cancels instead. With `as_fast_as_possible` there is no clock:
 each request is awaited before the next event, nothing is cancelled, and "shown in time" is not measured.
+
+While it runs, the server is sampled every `sample_every` requests (and once after the last): its resident memory
+and the sizes `codecue.stats` reports under "resources", for the soak verdict (soak.py) and the HTML curve.
 """
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ class RunResult:
     wall_s: float = 0.0
     server_error: str | None = None
     keystrokes: int = 0
+    samples: list[dict] = field(default_factory=list)  # {"request", "t", "rss_mb", "resources"}
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -120,9 +124,16 @@ def finish_record(record: RequestRecord, measure_timing: bool) -> None:
 
 
 class Replay:
+    # The trace's clock. Tests substitute a virtual one (time that moves only when the replay sleeps), so what
+    # they check does not depend on how busy the machine is.
+    clock = staticmethod(time.perf_counter)
+    sleep = staticmethod(asyncio.sleep)
+
     def __init__(self, events: list[dict], config: ServerConfig, speed: float | None, tail_timeout: float,
-                 progress=None, load_timeout: float = 300.0):
+                 progress=None, load_timeout: float = 300.0, sample_every: int = 50):
         self.events, self.config, self.speed, self.load_timeout = events, config, speed, load_timeout
+        self.sample_every = sample_every
+        self.samples: list[dict] = []
         self.tail_timeout, self.progress = tail_timeout, progress
         self.recorded_cancels = any(e["type"] == "meta" and e.get("source") == "record" for e in events)
         self.docs: dict[str, Document] = {}
@@ -136,10 +147,10 @@ class Replay:
         self.t0 = 0.0
 
     def now(self) -> float:
-        return time.perf_counter() - self.t0
+        return self.clock() - self.t0
 
     async def run(self) -> RunResult:
-        result = RunResult(self.config.label, self.config.command, self.speed, self.records)
+        result = RunResult(self.config.label, self.config.command, self.speed, self.records, samples=self.samples)
         with tempfile.TemporaryDirectory(prefix="codecue-replay-") as tmp:
             stderr_path = Path(tmp) / "server.stderr"
             self.client, self.process = await lsp.start_server(self.config.command, stderr_path)
@@ -153,6 +164,8 @@ class Replay:
                 await self.play()
                 await self.drain()
                 result.wall_s = time.perf_counter() - started
+                if self.sample_every > 0:
+                    await self.sample()
                 result.server_stats = await lsp.server_stats(self.client)
                 result.peak_rss_mb = lsp.peak_rss_mb(self.process.pid)
             except Exception as exc:
@@ -171,7 +184,7 @@ class Replay:
         return result
 
     async def play(self) -> None:
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock()
         start = min((e["t"] for e in self.events if e["type"] != "meta"), default=0.0)  # a recording starts late
         for event in self.events:
             if self.process.returncode is not None:
@@ -179,7 +192,7 @@ class Replay:
             if self.speed is not None:
                 delay = (event["t"] - start) / self.speed - self.now()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    await self.sleep(delay)
             handler = getattr(self, "on_" + event["type"])
             await handler(event)
             if self.progress:
@@ -218,6 +231,13 @@ class Replay:
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]), [change]))
 
+    async def on_close(self, event: dict) -> None:
+        self.mark_keystroke()
+        uri = event["uri"]
+        self.docs.pop(uri, None)
+        self.versions.pop(uri, None)
+        self.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+
     async def on_truth(self, event: dict) -> None:
         self.truths[(event["uri"], event["line"], event["character"])] = event["text"]
 
@@ -248,6 +268,15 @@ class Replay:
                 await asyncio.wait_for(asyncio.shield(self.futures[record.index]), self.tail_timeout)
             except Exception:
                 pass  # the outcome is in the record
+        if self.sample_every > 0 and record.index % self.sample_every == 0:
+            await self.sample()
+
+    async def sample(self) -> None:
+        """Server RSS and resource sizes now; without a clock this is between requests, with none running."""
+        stats = await lsp.server_stats(self.client)
+        resources = stats.get("resources") if isinstance(stats, dict) else None
+        self.samples.append({"request": len(self.records), "t": round(self.now(), 3),
+                             "rss_mb": lsp.rss_mb(self.process.pid), "resources": dict(resources or {})})
 
     def on_response(self, record: RequestRecord, future, line_text: str) -> None:
         if future.cancelled():  # we gave up waiting at the end: stays a timeout
@@ -284,5 +313,5 @@ class Replay:
 
 
 def run_trace(events: list[dict], config: ServerConfig, speed: float | None = 1.0, tail_timeout: float = 30.0,
-              progress=None) -> RunResult:
-    return asyncio.run(Replay(events, config, speed, tail_timeout, progress).run())
+              progress=None, sample_every: int = 50) -> RunResult:
+    return asyncio.run(Replay(events, config, speed, tail_timeout, progress, sample_every=sample_every).run())

@@ -8,12 +8,16 @@ completions after every keystroke. Enter inserts the next line's indentation too
 Timing: a words-per-minute base rate (5 characters a word), faster bursts inside words, slower after punctuation,
 pauses at line ends and occasional longer "think" pauses at word boundaries. Deterministic for a seed.
 
+Rotation mode (soak traces): several files open at once, typed in turn a few keystrokes each; a file whose visit
+is over is closed and the next one opens under a new URI (see `synth_rotation`).
+
 FIM-hole mode: the whole file opens with one line (or one block's body) removed and one request sits at the hole;
 the truth is the removed text.
 """
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import math
 import random
@@ -179,6 +183,66 @@ def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max
         t += 2.0  # switching files
         if remaining is not None:
             remaining -= used
+    return events
+
+
+def rotation_visit(source: Source, number: int, rng: random.Random, wpm: float, keystrokes: int) -> list[list[dict]]:
+    """One visit of a file under its own URI, typing from a random line with the rest of the file in place:
+    [open + first request], then one group (change, truth, request) per keystroke."""
+    line_starts = [0] + [i + 1 for i, ch in enumerate(source.text) if ch == "\n"]
+    visit = Source(f"visit{number}/{source.name}", source.text, rng.choice(line_starts))
+    events, _, _ = type_source(visit, rng, wpm, 0.0, keystrokes, keep_suffix=True)
+    return [events[:3]] + [events[i:i + 3] for i in range(3, len(events), 3)]
+
+
+def synth_rotation(sources: list[Source], keystrokes: int, open_documents: int = 8, visit_keystrokes: int = 40,
+                   switch_every: int = 5, seed: int = 0, wpm: str = "60..120") -> list[dict]:
+    """A soak trace: `open_documents` files are open at once and typed in turn, `switch_every` keystrokes at a
+    time. A file whose `visit_keystrokes` are typed is closed and the next source opens (each visit under a new
+    URI), so documents keep being opened, completed in and closed - many more than the engine's session LRU
+    holds - while the number open at once stays put."""
+    if not sources or open_documents < 1 or visit_keystrokes < 1 or switch_every < 1:
+        raise ValueError("rotation wants sources and positive --rotate, --visit-keystrokes, --switch-every")
+    rng = random.Random(seed)
+    low, high = parse_wpm(wpm)
+    visits = itertools.count()
+
+    def next_visit() -> list[list[dict]]:
+        number = next(visits)
+        return rotation_visit(sources[number % len(sources)], number, rng, rng.uniform(low, high), visit_keystrokes)
+
+    events: list[dict] = []
+    t = 0.0
+
+    def emit(groups: list[list[dict]], pause: float) -> None:
+        nonlocal t
+        previous = groups[0][0]["t"]
+        t += pause
+        for group in groups:  # keep each visit's own keystroke rhythm
+            t += group[0]["t"] - previous
+            previous = group[-1]["t"]
+            events.extend({**event, "t": round(t, 3)} for event in group)
+
+    slots = []  # per open document: [uri, its keystroke groups still to type]
+    for _ in range(open_documents):
+        groups = next_visit()
+        slots.append([groups[0][0]["uri"], groups[1:]])
+        emit(groups[:1], 0.3)
+    typed = 0
+    while typed < keystrokes:
+        for slot in slots:
+            chunk = slot[1][:min(switch_every, keystrokes - typed)]
+            del slot[1][:len(chunk)]
+            if chunk:
+                emit(chunk, 0.5)  # switching to another file
+                typed += len(chunk)
+            if not slot[1]:
+                events.append({"t": round(t, 3), "type": "close", "uri": slot[0]})
+                groups = next_visit()
+                slot[:] = [groups[0][0]["uri"], groups[1:]]
+                emit(groups[:1], 0.3)
+            if typed >= keystrokes:
+                break
     return events
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-EVENT_TYPES = {"meta", "open", "change", "request", "truth", "cancel"}
+EVENT_TYPES = {"meta", "open", "change", "close", "request", "truth", "cancel"}
 
 
 class TraceError(ValueError):
@@ -83,13 +83,15 @@ class Document:
 
 
 def replay_documents(events: list[dict]) -> dict[str, str]:
-    """Final text of every document after applying all open/change events in order."""
+    """Final text of every document still open after applying all open/change/close events in order."""
     docs: dict[str, Document] = {}
     for event in events:
         if event["type"] == "open":
             docs[event["uri"]] = Document(event["text"])
         elif event["type"] == "change":
             docs[event["uri"]].apply(event.get("range"), event["text"])
+        elif event["type"] == "close":
+            docs.pop(event["uri"], None)
     return {uri: doc.text for uri, doc in docs.items()}
 
 
