@@ -169,7 +169,7 @@ def bench_engine(args) -> dict:
         prompts = prompts[: args.limit]
     modes = pick_modes(args, pair)
     stop_ids = sorted(engine.stop_token_ids)
-    totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": True,
+    totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": [],
                   "prefill": 0.0, "draft": 0.0, "decode_s": 0.0, "decode_tokens": 0, "split": True} for m in modes}
     rows = []
     with contextlib.ExitStack() as stack:  # llama-servers we start are always stopped, whatever happens
@@ -184,17 +184,18 @@ def bench_engine(args) -> dict:
                 return run_own_mode(v1_engine(args), "hybrid", ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 
-        warm = engine.encode(engine.fim.format("def add(a, b):\n", "\n"))
+        warm = engine.encode_fim("def add(a, b):\n", "\n")
         for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
             run_mode(mode, warm, 4)
 
         for n, prompt in enumerate(prompts):
-            ids = engine.encode(engine.fim.format(prompt.prefix, prompt.suffix))
-            reference = None
+            ids = engine.encode_fim(prompt.prefix, prompt.suffix)
             row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids)}
-            for mode in modes:
-                run = run_mode(mode, ids, args.max_new_tokens)
-                reference = run.tokens if mode == "target" else reference
+            runs = {mode: run_mode(mode, ids, args.max_new_tokens) for mode in modes}
+            # Only target alone on this very prompt is a reference: without that run nothing is compared (None),
+            # and target alone is not compared with itself.
+            reference = runs["target"].tokens if "target" in runs else None
+            for mode, run in runs.items():
                 t = totals[mode]
                 t["seconds"] += run.seconds
                 t["new_tokens"] += len(run.tokens)
@@ -209,15 +210,16 @@ def bench_engine(args) -> dict:
                     t["accepted"] += run.stats.accepted
                     t["drafted"] += run.stats.drafted
                     t["draft"] += run.stats.seconds_draft
-                same = reference is None or run.tokens == reference
-                t["identical"] &= same
+                same = None if reference is None or mode == "target" else run.tokens == reference
+                if same is not None:
+                    t["identical"].append(same)
                 row[mode] = {"seconds": round(run.seconds, 3), "tokens": len(run.tokens), "identical": same}
                 if run.prompt_evaluated is not None:
                     row[mode]["prompt_evaluated"] = run.prompt_evaluated
-                if not same and (mode in clients or mode == V1_MODE):
+                if same is False and (mode in clients or mode == V1_MODE):
                     # Another weight format (Q4_K_M): differing is expected; where is enough, without a pass.
                     row[mode]["first_difference"] = first_difference(reference, run.tokens)
-                elif not same:
+                elif same is False:
                     row[mode]["divergence"] = divergence(pair, ids, reference, run.tokens)
             rows.append(row)
             print(f"[{n + 1}/{len(prompts)}] {prompt.name:32s} " + "  ".join(
@@ -239,7 +241,8 @@ def bench_engine(args) -> dict:
             "seconds_prefill": t["prefill"] if t["split"] else None, "seconds_drafting": t["draft"],
             "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
             # llama.cpp computes in Q4_K_M, CodeCue in its own format: equal output is not expected there.
-            "identical_to_target": t["identical"]}
+            # None: not compared (no target-alone run, or this is target alone).
+            "identical_to_target": all(t["identical"]) if t["identical"] else None}
     # Ratios of rates: a mode that writes different tokens (llama.cpp) is compared per token.
     for base in ("target", "hf_assisted", "llama_cpp"):
         base_rate = report["modes"].get(base, {}).get("tokens_per_s")
@@ -299,6 +302,10 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
     return out
 
 
+def not_compared_or(identical: bool | None) -> str:
+    return "n/c" if identical is None else str(identical)
+
+
 def print_table(report: dict) -> None:
     print(f"\n{report['prompts']} prompts, {report['device']} {report['dtype']}, max {report['max_new_tokens']} "
           f"new tokens, K<={report['k']}")
@@ -312,7 +319,7 @@ def print_table(report: dict) -> None:
         print(f"{mode:16s} {m['tokens_per_s']:7.2f} {m['ms_per_completion']:9.0f} "
               f"{dec if dec is not None else nan:13.2f} {ratio['target']:9.2f} {ratio['hf_assisted']:12.2f} "
               f"{ratio['llama_cpp']:12.2f} {acc if acc is not None else nan:9.2f} "
-              f"{str(m['identical_to_target']):>10s}")
+              f"{not_compared_or(m['identical_to_target']):>10s}")
     for row in report.get("per_prompt", []):
         for mode in report["modes"]:
             if "divergence" in row.get(mode, {}):

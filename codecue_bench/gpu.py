@@ -197,7 +197,8 @@ def decode_loops(target, draft, prompt, new_tokens: int, k: int, device, repeats
         out[mode] = {"k": kk, "decode_tok_s": new_tokens / statistics.median(decode),
                      "end_to_end_ms": 1000 * statistics.median(seconds),
                      "mean_tokens_per_pass": last.stats.mean_accepted,
-                     "identical_to_target": last.token_ids == reference}
+                     # Target alone is the reference run: nothing to compare it with (None, "n/c").
+                     "identical_to_target": None if mode == "target_alone" else last.token_ids == reference}
     base = out["target_alone"]["decode_tok_s"]
     for m in out.values():
         m["speedup_vs_target_alone"] = m["decode_tok_s"] / base
@@ -267,11 +268,12 @@ def section(title: str, r: dict) -> list[str]:
     lines += [f"| draft, 1 token | {c['draft_1_ms']:.2f} |", "",
               f"c = draft / target one-token pass = {c['c']:.3f}; prefill {c['target_prefill_tok_s']:.0f} tok/s "
               f"(target), {c['draft_prefill_tok_s']:.0f} tok/s (draft).", "",
-              "| loop | K | decode tok/s | x target alone | tokens per pass | end-to-end ms |",
-              "|---|---|---|---|---|---|"]
+              "| loop | K | decode tok/s | x target alone | tokens per pass | end-to-end ms | identical to target |",
+              "|---|---|---|---|---|---|---|"]
     for name, m in r["decode"].items():
+        identical = "n/c" if m["identical_to_target"] is None else str(m["identical_to_target"])
         lines.append(f"| {name} | {m['k']} | {m['decode_tok_s']:.1f} | {m['speedup_vs_target_alone']:.2f} | "
-                     f"{m['mean_tokens_per_pass']:.2f} | {m['end_to_end_ms']:.0f} |")
+                     f"{m['mean_tokens_per_pass']:.2f} | {m['end_to_end_ms']:.0f} | {identical} |")
     lat = r["completion_latency"]
     lines += ["", f"Single-line completion ({lat['prompt_tokens']}-token prompt, last {lat['recomputed_tokens']} "
               f"recomputed, {lat['new_tokens']} new tokens, {lat['trials']} trials, target alone): "

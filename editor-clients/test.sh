@@ -8,7 +8,7 @@
 #   editor-clients/test.sh test       only run (assumes installed)
 #
 # Env: VENV (default <repo>/.venv), CODECUE_EDITOR_CACHE (default ~/.cache/codecue-editor-tests: code-server
-# lives there, ~320 MB), SKIP_CODE_SERVER=1 to leave out the code-server test.
+# lives there, ~320 MB), SKIP_CODE_SERVER=1 to leave out the code-server test (not under CI=true: CI skips nothing).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +22,15 @@ CODE_SERVER_ROOT="$CACHE/code-server-$CODE_SERVER_VERSION"
 CODE_SERVER="$CODE_SERVER_ROOT/node_modules/code-server"
 APT_PACKAGES=(tmux chromium ripgrep build-essential pkg-config libkrb5-dev libx11-dev libxkbfile-dev libsecret-1-dev)
 MODE="${1:-all}"
+SKIP_CODE_SERVER="${SKIP_CODE_SERVER:-0}"
+CI_FLAG="${CI:-}"
+case "${CI_FLAG,,}" in  # the values tests/conftest.py takes for CI
+  1|true|yes)
+    if [ "$SKIP_CODE_SERVER" = 1 ]; then
+      echo "editor-clients/test.sh: CI=$CI runs every editor test: SKIP_CODE_SERVER=1 is ignored" >&2
+      SKIP_CODE_SERVER=0
+    fi ;;
+esac
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 timed() { local t0=$SECONDS; "$@"; echo "   took $((SECONDS - t0)) s"; }
@@ -99,7 +108,7 @@ run_tests() {
   cd "$ROOT"
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
   step "Neovim plugin: rules, behaviour (fixed-answer server), real server on the tiny pair, tmux screen"
-  timed "$PY" -m pytest -q -p no:cacheprovider tests/test_nvim_suggestion.py tests/test_nvim_fake_server.py \
+  timed "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_nvim_suggestion.py tests/test_nvim_fake_server.py \
     tests/test_nvim_plugin.py
   cd "$VSCODE_DIR"
   step "VS Code extension: unit tests (mocked vscode API) + protocol e2e against codecue-lsp"
@@ -107,7 +116,7 @@ run_tests() {
   step "VS Code extension: build the .vsix offline"
   timed npm run --silent package >/dev/null
   ls -l codecue.vsix
-  if [ "${SKIP_CODE_SERVER:-0}" != 1 ]; then
+  if [ "$SKIP_CODE_SERVER" != 1 ]; then
     step "VS Code 1.100 (code-server $CODE_SERVER_VERSION) + chromium: type, ghost text, Tab, saved file"
     CODECUE_PYTHON="$PY" CODE_SERVER_DIR="$CODE_SERVER" timed node out/e2e/code-server.js
     echo "   screenshots: $VSCODE_DIR/test-artifacts/"
@@ -120,7 +129,7 @@ if [ "$MODE" = all ] || [ "$MODE" = install ]; then
   step "apt: ${APT_PACKAGES[*]}"; timed install_apt
   step "Neovim 0.11.4 + pynvim into $VENV"; timed install_python
   step "npm: extension dependencies"; timed install_npm
-  if [ "${SKIP_CODE_SERVER:-0}" != 1 ]; then
+  if [ "$SKIP_CODE_SERVER" != 1 ]; then
     step "code-server $CODE_SERVER_VERSION"; timed install_code_server
   fi
 fi

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, client_capabilities
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,6 +57,40 @@ async def wait_until_loaded(client, timeout: float = 120.0) -> dict:
         await asyncio.sleep(0.1)
 
 
+async def wait_for_stats(client, predicate, timeout: float = 60.0) -> dict:
+    """Poll codecue.stats until predicate(stats) holds: waits on the server's state, not on a clock. `timeout` is
+    only a hang guard (generous: a loaded machine may take long, a broken server never gets there)."""
+    deadline = time.monotonic() + timeout
+    while not predicate(current := await stats(client)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server's stats never met the condition within {timeout} s: {current}")
+        await asyncio.sleep(0.02)
+    return current
+
+
+async def configure(client, settings: dict, section: str = "codecue", timeout: float = 30.0) -> None:
+    """Change the client's settings and return once the server runs with them. The server pulls them
+    (workspace/configuration) on didChangeConfiguration. Once the client has answered, the answer reaches the
+    server's handler in three turns of its event loop (concurrent future, asyncio future, the handler's task),
+    and each request round trip takes at least one turn: after three, the settings are applied."""
+    pulled = asyncio.Event()
+    get_configuration = client.get_configuration
+
+    def answering(*args, **kwargs):
+        pulled.set()
+        return get_configuration(*args, **kwargs)
+
+    client.get_configuration = answering  # pytest-lsp's workspace/configuration handler calls it
+    try:
+        client.set_configuration(settings, section=section)
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+        await asyncio.wait_for(pulled.wait(), timeout)
+    finally:
+        del client.get_configuration
+    for _ in range(3):
+        await stats(client)
+
+
 def open_doc(client, uri: str, text: str, language: str = "python", version: int = 1) -> None:
     client.text_document_did_open(lsp.DidOpenTextDocumentParams(
         text_document=lsp.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
@@ -79,8 +114,11 @@ def completion_params(uri: str, line: int, character: int) -> lsp.InlineCompleti
         context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic))
 
 
-async def complete(client, uri: str, line: int, character: int):
-    return await client.text_document_inline_completion_async(completion_params(uri, line, character))
+async def complete(client, uri: str, line: int, character: int, timeout: float = 300.0):
+    """The server's answer; a server that does not answer within `timeout` (only a hang guard: a real model on a
+    busy CPU may take long) fails the test."""
+    return await asyncio.wait_for(
+        client.text_document_inline_completion_async(completion_params(uri, line, character)), timeout)
 
 
 def items_of(result) -> list:
@@ -93,15 +131,20 @@ _raw_ids = iter(range(10_000, 1_000_000))
 
 
 async def raw_request(client, method: str, params, timeout: float = 30.0):
-    """Send a request exactly as given (possibly invalid for the protocol); returns (result, error) as sent."""
+    """Send a request exactly as given (possibly invalid for the protocol); returns (result, error) as sent.
+    No answer within `timeout` raises TimeoutError: a hung server must fail a test, not pass as an "error"."""
     msg_id = next(_raw_ids)
     future = asyncio.get_running_loop().create_future()
     client.protocol._request_futures[msg_id] = future  # pygls resolves it when the response arrives
     send_raw(client, json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode())
     try:
         return await asyncio.wait_for(future, timeout), None
-    except Exception as exc:  # pygls raises the error response as an exception
+    except JsonRpcException as exc:  # pygls raises the error response as an exception
         return None, exc
+    except TimeoutError:
+        raise TimeoutError(f"no response to {method} (id {msg_id}) within {timeout} s: the server hangs") from None
+    finally:
+        client.protocol._request_futures.pop(msg_id, None)
 
 
 def send_raw(client, body: bytes) -> None:

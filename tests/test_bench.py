@@ -7,29 +7,57 @@ import pytest
 from codecue_bench.__main__ import main
 
 MODES = {"target", "auto", "speculative", "lookup", "hybrid", "hf_assisted"}
+ROWS = [{"name": "add", "prefix": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))\n"},
+        {"name": "rep", "prefix": "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\n", "suffix": ""}]
+
+
+def write_prompts(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps(r) for r in ROWS))
+    return prompts
+
+
+def target_alone_tokens(max_new_tokens: int) -> list[list[int]]:
+    """What the tiny target writes alone for each prompt, from the engine directly (not through the bench)."""
+    from engine import CompletionRequest, Engine, load_pair
+
+    engine = Engine(load_pair("tiny"))
+    try:
+        return [engine.complete(CompletionRequest(engine.encode_fim(r["prefix"], r["suffix"]),
+                                                  max_new_tokens, drafter="none")).token_ids for r in ROWS]
+    finally:
+        engine.close()
 
 
 def test_bench_engine_report_on_the_tiny_pair(tmp_path, monkeypatch, tiny_pair_env):
     for key, value in tiny_pair_env.items():
         monkeypatch.setenv(key, value)
-    prompts = tmp_path / "prompts.jsonl"
-    rows = [{"name": "add", "prefix": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))\n"},
-            {"name": "rep", "prefix": "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\n", "suffix": ""}]
-    prompts.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "report.json"
-    assert main(["engine", "--pair", "tiny", "--prompts", str(prompts), "--max-new-tokens", "12",
+    assert main(["engine", "--pair", "tiny", "--prompts", str(write_prompts(tmp_path)), "--max-new-tokens", "12",
                  "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["prompts"] == 2 and report["dtype"] == "float32"
     # No llama.cpp is built in the tiny pair's home, and the tiny pair has no GGUF: no llama_cpp mode.
     assert set(report["modes"]) == MODES
+    rows = report["per_prompt"]
+    # The target mode is target alone: the tokens the engine writes without a drafter.
+    expected = target_alone_tokens(12)
+    assert [r["target"]["tokens"] for r in rows] == [len(ids) for ids in expected]
     target = report["modes"]["target"]
+    assert target["new_tokens"] == sum(len(ids) for ids in expected) > 0
+    # Target alone is the reference: not compared with itself.
+    assert target["identical_to_target"] is None and [r["target"]["identical"] for r in rows] == [None, None]
     for mode, m in report["modes"].items():
-        assert m["identical_to_target"], (mode, report["per_prompt"])
-        assert m["new_tokens"] == target["new_tokens"] > 0
+        # The totals are the sums of what each prompt recorded.
+        assert m["new_tokens"] == sum(r[mode]["tokens"] for r in rows) == target["new_tokens"]
+        assert m["seconds"] == pytest.approx(sum(r[mode]["seconds"] for r in rows), abs=0.001 * len(rows))
         assert m["tokens_per_s"] == pytest.approx(m["new_tokens"] / m["seconds"])
         assert m["ms_per_completion"] == pytest.approx(1000 * m["seconds"] / 2)
-        assert report["speedup_vs_target"][mode] == pytest.approx(m["tokens_per_s"] / target["tokens_per_s"])
+        if mode != "target":
+            assert m["identical_to_target"] is True, (mode, rows)
+            assert [r[mode]["identical"] for r in rows] == [True, True]
+            assert report["speedup_vs_target"][mode] == pytest.approx(
+                (m["new_tokens"] / m["seconds"]) / (target["new_tokens"] / target["seconds"]))
         if mode == "hf_assisted":
             assert m["decode_tokens_per_s"] is None  # transformers does not split prefill from decoding
         else:
@@ -40,6 +68,44 @@ def test_bench_engine_report_on_the_tiny_pair(tmp_path, monkeypatch, tiny_pair_e
     assert "speedup_vs_llama_cpp" not in report
     assert report["pass_costs"]["target_1"] > 0 and report["pass_costs"]["draft_cost_ratio"] > 0
     assert [r["name"] for r in report["per_prompt"]] == ["add", "rep"]
+
+
+def test_identical_to_target_is_compared_only_against_a_real_target_run(tmp_path, monkeypatch, capsys,
+                                                                        tiny_pair_env):
+    from codecue_bench import engine_bench
+
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    real = engine_bench.run_own_mode
+
+    def lookup_writes_other_tokens(engine, mode, ids, max_new_tokens, k):
+        run = real(engine, mode, ids, max_new_tokens, k)
+        if mode == "lookup":  # a broken mode: every token differs from what the target would write
+            run.tokens = [token ^ 1 for token in run.tokens] or [1]
+        return run
+
+    monkeypatch.setattr(engine_bench, "run_own_mode", lookup_writes_other_tokens)
+    prompts, out = write_prompts(tmp_path), tmp_path / "report.json"
+    # No target-alone run: nothing to compare with, so nothing is called identical (or different).
+    assert main(["engine", "--pair", "tiny", "--prompts", str(prompts), "--max-new-tokens", "6",
+                 "--modes", "lookup,auto", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [m["identical_to_target"] for m in report["modes"].values()] == [None, None]
+    assert all(r[mode]["identical"] is None for r in report["per_prompt"] for mode in ("lookup", "auto"))
+    table = capsys.readouterr().out
+    assert [line.split()[-1] for line in table.splitlines() if line.startswith(("lookup ", "auto "))] == ["n/c"] * 2
+    # Target alone listed after the mode: still the reference, and the broken mode is caught.
+    assert main(["engine", "--pair", "tiny", "--prompts", str(prompts), "--max-new-tokens", "6",
+                 "--modes", "lookup,auto,target", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    modes = report["modes"]
+    assert (modes["lookup"]["identical_to_target"], modes["auto"]["identical_to_target"],
+            modes["target"]["identical_to_target"]) == (False, True, None)
+    assert all(r["lookup"]["identical"] is False and r["lookup"]["divergence"]["position"] == 0
+               for r in report["per_prompt"])
+    table = capsys.readouterr().out
+    assert [line.split()[-1] for line in table.splitlines() if line.startswith(("lookup ", "auto ", "target "))] \
+        == ["False", "True", "n/c"]
 
 
 def test_bench_reports_missing_models_with_the_fix(tmp_path, monkeypatch, capsys):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pynvim")
 pytestmark = pytest.mark.editor  # run by editor-clients/test.sh, which installs Neovim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "editor-clients" / "testing"))
 from nvim_editor import Editor, fake_server_cmd  # noqa: E402

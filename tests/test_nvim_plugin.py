@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+import pynvim  # a test dependency (pyproject [test]): if it is missing the editor suite fails, never skips
 import pytest
 
-pynvim = pytest.importorskip("pynvim")
 pytestmark = pytest.mark.editor  # run by editor-clients/test.sh, which installs Neovim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "editor-clients" / "testing"))
 from nvim_editor import PLUGIN, ROOT, Editor, nvim_binary, real_server_cmd  # noqa: E402

@@ -8,9 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
+import pynvim  # a test dependency (pyproject [test]): if it is missing the editor suite fails, never skips
 import pytest
 
-pynvim = pytest.importorskip("pynvim")
 pytestmark = pytest.mark.editor  # run by editor-clients/test.sh, which installs Neovim
 
 ROOT = Path(__file__).resolve().parents[1]
