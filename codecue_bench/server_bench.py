@@ -76,6 +76,13 @@ class BenchClient:
             text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
             content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(at, at), text=text)]))
 
+    def delete(self, uri: str, start: tuple[int, int], end: tuple[int, int]) -> None:
+        self.versions[uri] += 1
+        self.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+            text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+            content_changes=[lsp.TextDocumentContentChangePartial(
+                range=lsp.Range(lsp.Position(*start), lsp.Position(*end)), text="")]))
+
     def close(self, uri: str) -> None:
         del self.versions[uri]
         self.client.text_document_did_close(lsp.DidCloseTextDocumentParams(
@@ -138,7 +145,8 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
                 "chars": len(result.items[0].insert_text) if result and result.items else 0,
             })
 
-        cancels = await cancel_trials_run(bench, uri, doc, line, len(typed), cancel_trials) if cancel_trials else []
+        cancels = await cancel_trials_run(bench, uri, doc, line, text.split("\n")[line], cancel_trials) \
+            if cancel_trials else []
         final = await bench.stats()
         await client.shutdown_session()
     except BaseException:
@@ -172,28 +180,37 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
 
 
 # --- what a cancel costs the engine --------------------------------------------------------------------------------
-async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, column: int, trials: int) -> list:
+async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, typed_line: str, trials: int) -> list:
     """`trials` caught cancels per phase and per measure (so 4 x trials in all), in two blocks.
 
-    decode: type a character no suggestion starts with at the cursor of the open document (the prompt stays mostly
-    cached), wait until the engine drafts or verifies, cancel. prefill: open a fresh copy of the document (nothing
+    decode: at the end of the typed line of the open document, insert either a comment line and an empty line below
+    it (an empty line in a body asks for a block) or one character no suggestion starts with (the rest of a line),
+    in turn; the prompt stays mostly cached. Wait until the engine drafts or verifies, cancel, delete the insertion. prefill: open a fresh copy of the document (nothing
     cached), wait until the engine prefills, cancel. Each trial measures one of
       - idle: from `$/cancelRequest` until codecue.stats says engine_busy is false;
       - next: the next request (same document and cursor) is sent right after the cancel, as an editor's next
-        keystroke would be; from the cancel to its result.
+        keystroke would be; from the cancel to its result, and that minus the next request's own engine time
+        (codecue.stats engine.last_seconds): how long the next request waited for the engine, prompt building and
+        messages included.
     A trial whose generation ended before the cancel reached the engine (the engine's result was not "cancelled")
-    is discarded and retried, up to 8 x trials attempts per phase."""
+    is discarded and retried, up to 20 x trials attempts per phase."""
     rows = []
+    indent = typed_line[:len(typed_line) - len(typed_line.lstrip())]
     for phase in ("decode", "prefill"):  # decode first: the fresh prefill documents would change its context
         done = Counter()
-        for attempt in range(8 * trials):
+        for attempt in range(20 * trials):
             measure = "idle" if done["idle"] <= done["next"] else "next"
             if done[measure] >= trials:
                 break
-            if phase == "decode":
-                bench.insert(uri, line, column, "\u00a7")
-                column += 1
-                row = await cancel_trial(bench, phase, measure, uri, line, column, f"cancel-{phase}-{attempt}")
+            if phase == "decode" and attempt % 2 == 0:  # a block: the real models write long ones here
+                end_of_line = len(typed_line)
+                bench.insert(uri, line, end_of_line, f"\n{indent}# step {attempt}\n{indent}")
+                row = await cancel_trial(bench, phase, measure, uri, line + 2, len(indent), f"cancel-{phase}-{attempt}")
+                bench.delete(uri, (line, end_of_line), (line + 2, len(indent)))
+            elif phase == "decode":  # the rest of a line (a random model rarely ends a block, but soon ends a line)
+                bench.insert(uri, line, len(typed_line), "\u00a7")
+                row = await cancel_trial(bench, phase, measure, uri, line, len(typed_line) + 1, f"cancel-{phase}-{attempt}")
+                bench.delete(uri, (line, len(typed_line)), (line, len(typed_line) + 1))
             else:
                 fresh = uri.replace("/bench.", f"/cancel-{attempt}.")
                 bench.open(fresh, doc)
@@ -228,6 +245,8 @@ async def cancel_trial(bench: BenchClient, phase: str, measure: str, uri: str, l
     else:
         await bench.complete(uri, line, character)
         row["cancel_to_next_result_ms"] = _ms(time.perf_counter() - t0)
+        row["next_engine_ms"] = _ms(await next_engine_seconds(bench, before))
+        row["cancel_to_next_start_ms"] = round(row["cancel_to_next_result_ms"] - row["next_engine_ms"], 1)
     try:
         await request
         row["answered"] = "result"  # the handler had its answer before the cancel arrived
@@ -250,6 +269,16 @@ async def wait_for_phase(bench: BenchClient, request, phases: tuple[str, ...]) -
     return None
 
 
+async def next_engine_seconds(bench: BenchClient, before: dict) -> float:
+    """The engine time of the request after the cancelled one (results are counted in request order)."""
+    started = time.perf_counter()
+    while (engine := (await bench.stats())["engine"])["results"] < before["results"] + 2:
+        await asyncio.sleep(POLL_S)
+        if time.perf_counter() - started > HANG_S:
+            raise TimeoutError("the server never counted the next request's result")
+    return engine["last_seconds"]
+
+
 async def engine_cancelled_since(bench: BenchClient, before: dict) -> bool:
     """Whether the cancelled request's engine result ended "cancelled". The server counts each result on its event
     loop just after the engine finishes (a next request's result comes after it: one worker)."""
@@ -264,8 +293,8 @@ async def engine_cancelled_since(bench: BenchClient, before: dict) -> bool:
 def cancel_summary(rows: list[dict]) -> dict:
     caught = [r for r in rows if r["caught"]]
     out = {
-        "note": "cancel_to_next_result_ms includes the next request's own work; compare cold_ms (prefill, a fresh "
-                "document) and warm_ms (decode) for that work on an idle engine",
+        "note": "cancel_to_next_result_ms includes the next request's own work; cancel_to_next_start_ms is that "
+                "minus the next request's engine time (what it waited for the engine, prompt building and messages)",
         # Only pygls's -32800 answer to the cancelled request: says nothing about when the engine stopped.
         "pygls_cancel_reply_ms": distribution([r["pygls_cancel_reply_ms"] for r in caught
                                                if "pygls_cancel_reply_ms" in r]),
@@ -278,6 +307,8 @@ def cancel_summary(rows: list[dict]) -> dict:
                                                       if "cancel_to_engine_idle_ms" in r]),
             "cancel_to_next_result_ms": distribution([r["cancel_to_next_result_ms"] for r in got
                                                       if "cancel_to_next_result_ms" in r]),
+            "cancel_to_next_start_ms": distribution([r["cancel_to_next_start_ms"] for r in got
+                                                     if "cancel_to_next_start_ms" in r]),
             "caught_trials": len(got),
             "caught_in": dict(Counter(r["phase_seen"] for r in got)),
             "discarded_ended_first": len(mine) - len(got),

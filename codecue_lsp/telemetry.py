@@ -25,10 +25,14 @@ class EngineTotals:
     generated_tokens: int = 0
     prompt_tokens_reused: int = 0
     prompt_tokens_new: int = 0
+    seconds: float = 0.0  # engine time of all results
+    last_seconds: float = 0.0  # engine time of the latest result (one worker: results arrive in request order)
 
     def add(self, result) -> None:
         stats = result.stats
         self.results += 1
+        self.seconds += stats.seconds_total
+        self.last_seconds = stats.seconds_total
         self.cancelled += result.finish_reason == "cancelled"
         self.drafted += stats.drafted
         self.accepted += stats.accepted

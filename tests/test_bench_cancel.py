@@ -22,6 +22,10 @@ def test_cancels_in_prefill_and_in_decode_stop_the_engine(tiny_pair_env):
         assert summary["caught_trials"] == len(caught) == 2 * TRIALS
         assert summary["cancel_to_engine_idle_ms"]["n"] == TRIALS
         assert summary["cancel_to_next_result_ms"]["n"] == TRIALS
+        assert summary["cancel_to_next_start_ms"]["n"] == TRIALS
+        for r in caught:
+            if "cancel_to_next_result_ms" in r:  # the next request's own engine time is part of its wait
+                assert 0 < r["next_engine_ms"] <= r["cancel_to_next_result_ms"]
         assert {r["phase_seen"] for r in caught} <= set(seen)
         # The engine's result said "cancelled", and pygls answered the request as cancelled.
         assert all(r["answered"] == "cancelled" for r in caught)
