@@ -1,16 +1,11 @@
 // CodeCue for VS Code: starts codecue-lsp over stdio; vscode-languageclient's inline completion feature shows
-// its suggestions as ghost text. This file only wires things: settings.ts, status.ts and telemetry.ts hold the rules.
+// its suggestions as ghost text. This file only wires things: settings.ts, server-path.ts, status.ts and
+// telemetry.ts hold the rules.
+import { homedir } from 'node:os';
 import * as vscode from 'vscode';
-import {
-  LanguageClient,
-  LanguageClientOptions,
-  ServerOptions,
-  State,
-  TransportKind,
-  WorkDoneProgress,
-  WorkDoneProgressCreateRequest,
-} from 'vscode-languageclient/node';
+import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
 
+import { expandPath, Places, resolveServer } from './server-path';
 import { documentSelector, needsRestart, readSettings, serverSettings, Settings } from './settings';
 import { Status } from './status';
 import { Place, textAtCursor, Tracker } from './telemetry';
@@ -59,9 +54,12 @@ async function provideInlineCompletionItems(
   if (token.isCancellationRequested) {
     return result;
   }
-  status.latency(Date.now() - started);
-  render();
   const items = Array.isArray(result) ? result : result?.items ?? [];
+  if (items.length > 0) {
+    // Only a suggestion says the model works: a server still loading (after a restart, say) answers empty.
+    status.latency(Date.now() - started);
+    render();
+  }
   for (const item of items) {
     const insert = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
     const start = item.range?.start.line === position.line ? item.range.start.character : undefined;
@@ -90,12 +88,17 @@ async function acceptPart(kind: 'word' | 'line'): Promise<void> {
   tracker.partlyAccepted(place, to.isAfter(from) ? editor.document.getText(new vscode.Range(from, to)) : '');
 }
 
-function createClient(s: Settings): LanguageClient {
+function places(): Places {
+  return { home: homedir(), workspaceFolder: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath };
+}
+
+function createClient(s: Settings, command: string, env: Record<string, string | undefined>): LanguageClient {
+  const where = places();
   const serverOptions: ServerOptions = {
-    command: s.serverPath,
-    args: s.serverArgs,
+    command,
+    args: s.serverArgs.map((arg) => expandPath(arg, where)),
     transport: TransportKind.stdio, // the client appends --stdio itself
-    options: { env: { ...process.env, ...s.serverEnv } },
+    options: { env },
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: documentSelector(s),
@@ -104,6 +107,13 @@ function createClient(s: Settings): LanguageClient {
     synchronize: { configurationSection: 'codecue' },
     middleware: {
       provideInlineCompletionItems,
+      // Model loading reports $/progress. Handled here rather than with onRequest(WorkDoneProgressCreateRequest),
+      // which the client's own progress feature replaces again when it restarts a crashed server: middleware
+      // stays for every restart. Not passed on (next), so VS Code shows no second, generic progress item.
+      handleWorkDoneProgress: (_token, value) => {
+        status.progress(value);
+        render();
+      },
       workspace: {
         // Answer the server's workspace/configuration with only the keys it knows.
         configuration: (params, token, next) =>
@@ -116,33 +126,47 @@ function createClient(s: Settings): LanguageClient {
   return new LanguageClient('codecue', 'CodeCue', serverOptions, clientOptions);
 }
 
-async function startClient(): Promise<void> {
-  status.phase = 'starting';
+function startFailed(message: string): void {
+  status.failed(message);
   render();
-  const c = createClient(settings);
+  output.error(message);
+  void vscode.window.showErrorMessage(`CodeCue: ${message}`);
+}
+
+async function startClient(): Promise<void> {
+  status.starting();
+  render();
+  const where = places();
+  const env: Record<string, string | undefined> = { ...process.env };
+  for (const [key, value] of Object.entries(settings.serverEnv)) {
+    env[key] = expandPath(value, where);
+  }
+  const resolved = resolveServer(settings.serverPath, where, env.PATH);
+  if ('error' in resolved) {
+    startFailed(resolved.error);
+    return;
+  }
+  const c = createClient(settings, resolved.command, env);
   client = c;
+  // Every state, not only Stopped: after a crash the client restarts the server itself (Starting, Running).
   c.onDidChangeState((e) => {
-    if (e.newState === State.Stopped && client === c) {
-      status.stopped();
-      render();
+    if (client !== c) {
+      return;
     }
+    if (e.newState === State.Starting) {
+      status.starting();
+    } else if (e.newState === State.Running) {
+      status.running();
+    } else {
+      status.stopped();
+    }
+    render();
   });
   try {
     await c.start();
   } catch (err) {
-    status.failed(`could not start ${settings.serverPath}: ${err instanceof Error ? err.message : err}`);
-    render();
-    void vscode.window.showErrorMessage(
-      `CodeCue: could not start "${settings.serverPath}". Install it (pip install codecue) and set codecue.server.path.`);
-    return;
+    startFailed(`could not start ${resolved.command}: ${err instanceof Error ? err.message : err}`);
   }
-  // The model loads in the background with $/progress: show it in the status bar instead of a notification.
-  c.onRequest(WorkDoneProgressCreateRequest.type, ({ token }) => {
-    c.onProgress(WorkDoneProgress.type, token, (value) => {
-      status.progress(value);
-      render();
-    });
-  });
 }
 
 async function restartClient(): Promise<void> {
@@ -150,6 +174,19 @@ async function restartClient(): Promise<void> {
   client = undefined;
   await old?.stop().catch(() => undefined);
   await startClient();
+}
+
+/** Whether an open document is one CodeCue completes: the server (and its model) starts only then, since the
+ * extension activates for more languages than are enabled by default. */
+function wanted(document: vscode.TextDocument): boolean {
+  return settings.enabledLanguages.includes(document.languageId)
+    && (document.uri.scheme === 'file' || document.uri.scheme === 'untitled');
+}
+
+async function startWhenWanted(): Promise<void> {
+  if (!client && status.phase !== 'error' && vscode.workspace.textDocuments.some(wanted)) {
+    await startClient();
+  }
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
@@ -168,6 +205,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('codecue.didAccept', (uri: string, text: string) => tracker.accepted(uri, text)),
     vscode.commands.registerCommand('codecue.acceptNextWord', () => acceptPart('word')),
     vscode.commands.registerCommand('codecue.acceptNextLine', () => acceptPart('line')),
+    vscode.commands.registerCommand('codecue.triggerSuggestion',
+      () => vscode.commands.executeCommand('editor.action.inlineSuggest.trigger')),
+    vscode.commands.registerCommand('codecue.restartServer', () => restartClient()),
+    vscode.workspace.onDidOpenTextDocument(() => startWhenWanted()),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (!e.affectsConfiguration('codecue')) {
         return;
@@ -177,12 +218,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       status.enabled = settings.enable;
       render();
       if (needsRestart(before, settings)) {
-        await restartClient();
+        if (client || status.phase === 'error') {
+          await restartClient();
+        } else {
+          await startWhenWanted();
+        }
       }
     }),
     { dispose: () => void client?.stop() },
   );
-  await startClient();
+  status.phase = 'idle';
+  render();
+  await startWhenWanted();
 }
 
 export async function deactivate(): Promise<void> {

@@ -1,7 +1,8 @@
 // What the status bar item says: loading progress, ready (with the last latency), off, or an error.
 // Pure state; extension.ts copies `view()` into a vscode.StatusBarItem.
 
-export type Phase = 'starting' | 'loading' | 'ready' | 'error' | 'stopped';
+// idle: no document of an enabled language has been opened, so no server runs yet.
+export type Phase = 'idle' | 'starting' | 'loading' | 'ready' | 'error' | 'stopped';
 
 export interface ProgressValue {
   kind: 'begin' | 'report' | 'end';
@@ -42,6 +43,22 @@ export class Status {
     }
   }
 
+  /** A (re)start: what the last server reported no longer holds. */
+  starting(): void {
+    this.phase = 'starting';
+    this.percentage = undefined;
+    this.message = undefined;
+    this.error = undefined;
+  }
+
+  /** The server answered initialize. The model may still be loading: its progress, or the first answer, says
+   * when it is ready. */
+  running(): void {
+    if (this.phase === 'stopped' || this.phase === 'error') {
+      this.starting();
+    }
+  }
+
   failed(message: string): void {
     this.phase = 'error';
     this.error = message;
@@ -56,6 +73,8 @@ export class Status {
       return { text: '$(circle-slash) CodeCue', tooltip: 'CodeCue is off (click to turn on)', error: false };
     }
     switch (this.phase) {
+      case 'idle':
+        return { text: '$(circle-outline) CodeCue', tooltip: 'CodeCue starts its server when a file of an enabled language opens', error: false };
       case 'starting':
         return { text: '$(loading~spin) CodeCue', tooltip: 'Starting codecue-lsp', error: false };
       case 'loading': {

@@ -54,11 +54,12 @@ export class Tracker {
     }
   }
 
-  /** The first usable item was handed to the editor. After a partial accept VS Code asks again and gets the rest
-   * of the same suggestion: that is not a new suggestion, so it is not counted as shown again. */
+  /** The first usable item was handed to the editor. The same text at the same place is the same suggestion, not
+   * a new one to count: VS Code asks again at the same position (an explicit trigger, Escape then
+   * trigger) and after a partial accept (which then gets the rest of the suggestion). */
   provided(place: Place, text: string): void {
     const shown = this.onScreen.get(place.uri);
-    if (shown && shown.acceptedChars > 0 && samePlace(shown, place) && shown.text === text) {
+    if (shown && samePlace(shown, place) && shown.text === text) {
       return;
     }
     this.onScreen.set(place.uri, { ...place, text, original: text, acceptedChars: 0 });

@@ -1,15 +1,18 @@
 // Real-editor test: VS Code 1.100 (code-server 4.100.3) with the built codecue.vsix, driven by headless Debian
-// chromium through playwright-core. Opens a Python file, types, waits for the ghost text, accepts it with Tab,
-// saves, and checks the file on disk. The real codecue-lsp runs on the tiny random model pair.
+// chromium through playwright-core. Opens a Python file, types, waits for the ghost text, hides it and brings it back
+// with CodeCue: Trigger Suggestion, accepts it with Ctrl+Right and Tab, saves, and checks the file on disk; then
+// kills the server and checks that the client's restart brings the status bar and the ghost text back, then runs
+// CodeCue: Restart Server. The real codecue-lsp runs on the tiny random model pair, started through
+// "codecue.server.path": "~/..." as the README shows.
 //
 //   node out/e2e/code-server.js      (npm run e2e:code-server; editor-clients/test.sh installs what it needs)
 // Env: CODE_SERVER_DIR (node_modules/code-server), CODECUE_PYTHON, CHROMIUM, CODECUE_ARTIFACTS (screenshot dir),
 // CODECUE_E2E_PAIR (default "tiny"; "default" uses the real models from `codecue-models fetch`, for docs/vscode.png).
 import { strict as assert } from 'node:assert';
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { chromium, Page } from 'playwright-core';
 
 const EXTENSION_DIR = resolve(__dirname, '..', '..');
@@ -28,14 +31,23 @@ function log(message: string): void {
   console.log(`[code-server e2e] ${message}`);
 }
 
-function userSettings(pairDir: string, serverLog: string): Record<string, unknown> {
+/** A codecue-lsp in the home folder, as `pip install --user` or a venv there gives: it runs the repository's server
+ * and writes its process id next to itself, so the test can kill it. Returns the "~/..." setting. */
+function serverInHome(dir: string): string {
+  const script = join(dir, 'codecue-lsp');
+  writeFileSync(script, `#!/bin/sh\necho $$ > '${join(dir, 'server.pid')}'\nexec '${PYTHON}' -m codecue_lsp "$@"\n`);
+  chmodSync(script, 0o755);
+  return `~/${basename(dir)}/codecue-lsp`;
+}
+
+function userSettings(pairDir: string, serverLog: string, serverPath: string): Record<string, unknown> {
   const tinyPair = {
     CODECUE_HOME: join(pairDir, 'home'), CODECUE_MODELS_TOML: join(pairDir, 'models.toml'), CODECUE_DTYPE: 'float32',
   };
   return {
-    'codecue.server.path': PYTHON,
+    'codecue.server.path': serverPath,
     // The server log records the show/accept notifications it receives (telemetry.py).
-    'codecue.server.args': ['-m', 'codecue_lsp', '--log-level', 'INFO', '--log-file', serverLog],
+    'codecue.server.args': ['--log-level', 'INFO', '--log-file', serverLog],
     'codecue.server.env': { PYTHONPATH: REPO, ...(PAIR === 'tiny' ? tinyPair : {}) },
     'codecue.pair': PAIR,
     'codecue.maxTokens': PAIR === 'tiny' ? 12 : 48,
@@ -83,8 +95,27 @@ async function openFile(page: Page, name: string): Promise<void> {
   await page.locator('.monaco-editor .view-lines').first().waitFor();
 }
 
+async function waitFor(what: string, ok: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!ok()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function runCommand(page: Page, title: string): Promise<void> {
+  await page.keyboard.press('F1');
+  await page.locator('.quick-input-widget input').waitFor();
+  await page.keyboard.type(title);
+  await page.locator(`.quick-input-list .monaco-list-row[aria-label*="${title}"]`).first().waitFor();
+  await page.keyboard.press('Enter');
+  await page.locator('.quick-input-widget').waitFor({ state: 'hidden' });
+}
+
 async function run(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), 'codecue-code-server-'));
+  const home = mkdtempSync(join(homedir(), '.codecue-e2e-'));
+  const pidFile = join(home, 'server.pid');
   const pairDir = join(work, 'pair');
   const userData = join(work, 'user-data');
   const extensions = join(work, 'extensions');
@@ -102,7 +133,9 @@ async function run(): Promise<void> {
       log('building the tiny model pair');
       execFileSync(PYTHON, ['-m', 'engine.testing', pairDir], { env: { ...process.env, PYTHONPATH: REPO }, stdio: 'ignore' });
     }
-    writeFileSync(join(userData, 'User', 'settings.json'), JSON.stringify(userSettings(pairDir, serverLog), null, 2));
+    const serverPath = serverInHome(home);
+    log(`codecue.server.path: ${serverPath}`);
+    writeFileSync(join(userData, 'User', 'settings.json'), JSON.stringify(userSettings(pairDir, serverLog, serverPath), null, 2));
 
     log('installing codecue.vsix');
     const dirs = ['--user-data-dir', userData, '--extensions-dir', extensions];
@@ -123,8 +156,8 @@ async function run(): Promise<void> {
     await page.goto(`http://127.0.0.1:${PORT}/?folder=${encodeURIComponent(project)}`);
     await openFile(page, 'example.py');
     log('waiting for CodeCue to be ready (status bar)');
-    await page.locator('.statusbar-item:has-text("CodeCue")').filter({ has: page.locator('.codicon-check') })
-      .waitFor({ timeout: 120_000 });
+    const ready = page.locator('.statusbar-item:has-text("CodeCue")').filter({ has: page.locator('.codicon-check') });
+    await ready.waitFor({ timeout: 120_000 });
 
     log('typing');
     await page.locator('.monaco-editor .view-lines').first().click();
@@ -139,6 +172,17 @@ async function run(): Promise<void> {
     const ghostText = (await ghost.allTextContents()).join('').replace(/\u00a0/g, ' ');
     log(`ghost text: ${JSON.stringify(ghostText)}`);
     await page.screenshot({ path: join(ARTIFACTS, 'vscode-ghost-text.png') });
+
+    // Escape hides it; the trigger command asks the server again at the same place: the same suggestion is back,
+    // and the server must not count it as shown twice (checked with the server log below).
+    await page.keyboard.press('Escape');
+    await ghost.first().waitFor({ state: 'detached', timeout: 10_000 });
+    await runCommand(page, 'CodeCue: Trigger Suggestion');
+    await ghost.first().waitFor({ timeout: 60_000 });
+    await page.waitForTimeout(300);
+    const again = (await ghost.allTextContents()).join('').replace(/\u00a0/g, ' ');
+    log(`ghost text after CodeCue: Trigger Suggestion: ${JSON.stringify(again)}`);
+    assert.equal(again, ghostText, 'the same suggestion again (the tiny model is deterministic)');
 
     const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
     const savedFile = async (pattern: RegExp) => {
@@ -184,7 +228,35 @@ async function run(): Promise<void> {
     const total = accepted.reduce((sum, line) => sum + number(line, 'acceptedLength'), 0);
     assert.equal(total, number(shown[0], 'length'), 'every accepted character is counted once');
     await page.screenshot({ path: join(ARTIFACTS, 'vscode-accepted.png') });
-    log('PASS: ghost text shown, first word accepted with Ctrl+Right, the rest with Tab, saved; server counted it');
+    log('ghost text shown, re-triggered, first word accepted with Ctrl+Right, the rest with Tab, saved; server counted it');
+
+    // Crash: the client restarts the server by itself; the status bar must follow it back to ready.
+    const firstPid = Number(readFileSync(pidFile, 'utf8'));
+    log(`killing the server (pid ${firstPid})`);
+    process.kill(firstPid, 'SIGKILL');
+    const pidNow = () => Number(readFileSync(pidFile, 'utf8'));
+    await waitFor('the client to restart the server', () => pidNow() !== firstPid, 60_000);
+    const loads = () => readFileSync(serverLog, 'utf8').split('\n').filter((l) => /model pair \S+ ready/.test(l)).length;
+    log(`restarted as pid ${pidNow()}; waiting for it to load the model, then for the status bar to say ready`);
+    await waitFor('the restarted server to load the model', () => loads() === 2, 120_000);
+    await ready.waitFor({ timeout: 60_000 });
+    await page.locator('.monaco-editor .view-lines').first().click();
+    await page.keyboard.press('Control+End');
+    await page.keyboard.press('Enter');
+    await page.keyboard.type(TYPED, { delay: 40 });
+    await ghost.first().waitFor({ timeout: 60_000 });
+    log(`ghost text after the restart: ${JSON.stringify((await ghost.allTextContents()).join(''))}`);
+    await ready.waitFor({ timeout: 10_000 });
+    await page.screenshot({ path: join(ARTIFACTS, 'vscode-after-restart.png') });
+
+    const secondPid = pidNow();
+    await runCommand(page, 'CodeCue: Restart Server');
+    await waitFor('CodeCue: Restart Server to start a new server', () => pidNow() !== secondPid, 60_000);
+    await waitFor('the new server to load the model', () => loads() === 3, 120_000);
+    await ready.waitFor({ timeout: 60_000 });
+    log(`CodeCue: Restart Server: pid ${secondPid} -> ${pidNow()}, ready`);
+    log('PASS: ~ server path, trigger command, one show per suggestion, accept word + Tab, restart after a crash, '
+      + 'restart command');
   } finally {
     await browser?.close();
     if (server?.pid) {
@@ -195,6 +267,7 @@ async function run(): Promise<void> {
       }
     }
     rmSync(work, { recursive: true, force: true });
+    rmSync(home, { recursive: true, force: true });
   }
 }
 

@@ -1,9 +1,19 @@
 // extension.ts wired to a mocked vscode API and a fake LanguageClient: what it starts, what the middleware does to
 // the server's items, which notifications go out, and what the status bar says.
 import { strict as assert } from 'node:assert';
+import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { createVscode, document, FakeClient, install, Position } from '../testing/mock-vscode';
+import { createVscode, document, FakeClient, install, open, Position } from '../testing/mock-vscode';
+
+// A home with the server in it, for the "~/..." setting the README shows (os.homedir() reads HOME).
+const home = mkdtempSync(join(tmpdir(), 'codecue-home-'));
+process.env.HOME = home;
+mkdirSync(join(home, 'bin'));
+writeFileSync(join(home, 'bin', 'codecue-lsp'), '#!/bin/sh\n');
+chmodSync(join(home, 'bin', 'codecue-lsp'), 0o755);
 
 const vscode = createVscode();
 install(vscode);
@@ -13,11 +23,21 @@ const extension = require('../extension');
 const token = { isCancellationRequested: false };
 const context = { subscriptions: [] as unknown[] };
 
+let activatedOnce = false;
+
 async function activated(): Promise<FakeClient> {
-  if (!FakeClient.last) {
-    vscode.config['codecue.server.path'] = '/venv/bin/codecue-lsp';
+  if (!activatedOnce) {
+    activatedOnce = true;
+    vscode.config['codecue.server.path'] = '~/bin/codecue-lsp';
+    vscode.config['codecue.server.env'] = { CODECUE_HOME: '${userHome}/models' };
     vscode.config['codecue.pair'] = 'tiny';
     await extension.activate(context);
+    // Activation (onLanguage for many languages) alone does not load the model.
+    assert.equal(FakeClient.last, undefined, 'no server before a file of an enabled language opens');
+    assert.match(vscode.statusItem.text, /circle-outline/);
+    await open(vscode, document('file:///notes.rb', '', 'ruby'));
+    assert.equal(FakeClient.last, undefined, 'ruby is not enabled by default');
+    await open(vscode, document('file:///a.py', ''));
   }
   return FakeClient.last!;
 }
@@ -31,11 +51,13 @@ function provide(client: FakeClient, line: string, items: any[]) {
 
 test('starts the configured server over stdio with the server settings as initializationOptions', async () => {
   const client = await activated();
-  assert.equal(client.serverOptions.command, '/venv/bin/codecue-lsp');
+  assert.equal(client.serverOptions.command, join(home, 'bin', 'codecue-lsp'), '~ is expanded');
+  assert.equal(client.serverOptions.options.env.CODECUE_HOME, join(home, 'models'), '${userHome} is expanded');
   assert.equal(client.serverOptions.transport, 0);
   assert.equal(client.clientOptions.initializationOptions.pair, 'tiny');
   assert.equal(client.started, true);
-  for (const id of ['codecue.toggle', 'codecue.showLog', 'codecue.acceptNextWord', 'codecue.acceptNextLine']) {
+  for (const id of ['codecue.toggle', 'codecue.showLog', 'codecue.acceptNextWord', 'codecue.acceptNextLine',
+    'codecue.triggerSuggestion', 'codecue.restartServer']) {
     assert.ok(vscode.registered.has(id), id);
   }
 });
@@ -59,13 +81,59 @@ test('the server answers workspace/configuration with server settings only', asy
   assert.deepEqual(Object.keys(answer[0]).sort(), ['debounceMs', 'enabledLanguages', 'maxTokens', 'pair']);
 });
 
-test('progress from the server shows in the status bar', async () => {
+test('progress from the server shows in the status bar, and again after a crash and restart', async () => {
   const client = await activated();
-  client.requestHandlers.get('window/workDoneProgress/create')!({ token: 'load' });
-  client.progressHandlers.get('load')!({ kind: 'begin', message: 'loading model pair tiny', percentage: 0 });
+  const progress = client.clientOptions.middleware.handleWorkDoneProgress;
+  const notShown = () => assert.fail('VS Code\'s own progress item should not show as well');
+  progress('load', { kind: 'begin', message: 'loading model pair tiny', percentage: 0 }, notShown);
   assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue 0%');
-  client.progressHandlers.get('load')!({ kind: 'end', message: 'model pair tiny ready' });
+  progress('load', { kind: 'end', message: 'model pair tiny ready' }, notShown);
   assert.match(vscode.statusItem.text, /^\$\(check\) CodeCue/);
+
+  client.crashAndRestart(); // the client restarts the server by itself
+  assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue', 'starting again, not "stopped"');
+  await provide(client, 'x = ', []); // a server that is still loading answers empty: not ready yet
+  assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue');
+  progress('load2', { kind: 'begin', message: 'loading model pair tiny', percentage: 0 }, notShown);
+  assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue 0%');
+  progress('load2', { kind: 'end', message: 'model pair tiny ready' }, notShown);
+  assert.match(vscode.statusItem.text, /^\$\(check\) CodeCue/);
+  assert.equal(FakeClient.last, client);
+});
+
+test('the same suggestion asked for again at the same place is shown once', async () => {
+  const client = await activated();
+  client.notifications.length = 0;
+  const item = () => [{ insertText: 'foo()', range: { start: new Position(0, 4) } }];
+  await provide(client, 'x = ', item());
+  await provide(client, 'x = ', item()); // e.g. Escape, then CodeCue: Trigger Suggestion
+  assert.deepEqual(client.notifications.map(([m]) => m), ['codecue/didShowCompletion']);
+  await provide(client, 'x = ', [{ insertText: 'bar()', range: { start: new Position(0, 4) } }]);
+  assert.equal(client.notifications.filter(([m]) => m === 'codecue/didShowCompletion').length, 2, 'new text: new one');
+});
+
+test('trigger and restart commands', async () => {
+  const client = await activated();
+  await vscode.commands.executeCommand('codecue.triggerSuggestion');
+  assert.deepEqual(vscode.executed.at(-1), ['editor.action.inlineSuggest.trigger']);
+  await vscode.commands.executeCommand('codecue.restartServer');
+  assert.equal(client.stopped, true);
+  assert.notEqual(FakeClient.last, client);
+  assert.equal(FakeClient.last!.started, true);
+});
+
+test('a server path that does not exist is an error that names the path tried', async () => {
+  const client = await activated();
+  await vscode.workspace.getConfiguration('codecue').update('server.path', '~/nowhere/codecue-lsp');
+  assert.equal(client.stopped, true);
+  assert.equal(FakeClient.last, client, 'no client for a missing file');
+  const shown = vscode.executed.filter(([id]) => id === 'showErrorMessage').map(([, m]) => m as string);
+  assert.equal(shown.length, 1);
+  assert.ok(shown[0].includes(join(home, 'nowhere', 'codecue-lsp')), shown[0]);
+  assert.match(shown[0], /"~\/nowhere\/codecue-lsp".*does not exist/);
+  assert.match(vscode.statusItem.text, /error/);
+  await vscode.workspace.getConfiguration('codecue').update('server.path', '~/bin/codecue-lsp');
+  assert.notEqual(FakeClient.last, client, 'fixing the setting starts the server');
 });
 
 test('toggle turns suggestions off without asking the server, and back on', async () => {

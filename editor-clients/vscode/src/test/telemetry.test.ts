@@ -85,3 +85,14 @@ test('a partly accepted suggestion that is then abandoned is not a rejection', (
   tracker.requested(at('x = foo;█'));
   assert.deepEqual(sent.map(([m]) => m), [SHOW, ACCEPT]);
 });
+
+test('the same text at the same place asked for again is one suggestion, shown once', () => {
+  const { sent, tracker } = recorder();
+  tracker.provided(at('x = █'), 'foo()');
+  tracker.requested(at('x = █')); // Escape, then an explicit trigger at the same place
+  tracker.provided(at('x = █'), 'foo()');
+  assert.deepEqual(sent.map(([m]) => m), [SHOW]);
+  tracker.accepted('file:///a.py', 'foo()');
+  assert.deepEqual(sent.map(([m]) => m), [SHOW, ACCEPT]);
+  assert.equal(sent[1][1].acceptedLength, 5);
+});

@@ -27,7 +27,17 @@ export class FakeClient {
   }
   async start() { this.started = true; }
   async stop() { this.stopped = true; }
-  onDidChangeState() { return { dispose() {} }; }
+  stateListeners: ((e: { oldState: number; newState: number }) => void)[] = [];
+  onDidChangeState(listener: (e: { oldState: number; newState: number }) => void) {
+    this.stateListeners.push(listener);
+    return { dispose() {} };
+  }
+  /** What vscode-languageclient does when the server crashes and it restarts it. */
+  crashAndRestart() {
+    for (const newState of [1, 3, 2]) { // Stopped, Starting, Running
+      for (const listener of this.stateListeners) listener({ oldState: 0, newState });
+    }
+  }
   async sendNotification(method: string, params: Record<string, unknown>) { this.notifications.push([method, params]); }
   onRequest(type: { method: string }, handler: (params: any) => unknown) { this.requestHandlers.set(type.method, handler); }
   onProgress(_type: unknown, token: string, handler: (value: any) => void) { this.progressHandlers.set(token, handler); }
@@ -38,16 +48,18 @@ export function createVscode() {
   const commands = new Map<string, (...args: any[]) => unknown>();
   const executed: unknown[][] = [];
   const configListeners: Listener[] = [];
+  const openListeners: ((doc: unknown) => unknown)[] = [];
+  const errors: string[] = [];
   const statusItem = { text: '', tooltip: '', command: '', backgroundColor: undefined as unknown, show() {}, dispose() {} };
   const vscode = {
-    config, registered: commands, executed, statusItem,
+    config, registered: commands, executed, statusItem, errors, openListeners,
     Position, Range,
     StatusBarAlignment: { Left: 1, Right: 2 },
     ConfigurationTarget: { Global: 1 },
     ThemeColor: class { constructor(readonly id: string) {} },
     window: {
       activeTextEditor: undefined as unknown,
-      createOutputChannel: () => ({ show() {}, dispose() {}, appendLine() {} }),
+      createOutputChannel: () => ({ show() {}, dispose() {}, appendLine() {}, error(m: string) { errors.push(m); } }),
       createStatusBarItem: () => statusItem,
       showErrorMessage: async (message: string) => { executed.push(['showErrorMessage', message]); },
     },
@@ -62,6 +74,9 @@ export function createVscode() {
         },
       }),
       onDidChangeConfiguration: (listener: Listener) => { configListeners.push(listener); return { dispose() {} }; },
+      workspaceFolders: undefined as { uri: { fsPath: string } }[] | undefined,
+      textDocuments: [] as unknown[],
+      onDidOpenTextDocument: (listener: (doc: unknown) => unknown) => { openListeners.push(listener); return { dispose() {} }; },
     },
     commands: {
       registerCommand: (id: string, fn: (...args: any[]) => unknown) => { commands.set(id, fn); return { dispose() {} }; },
@@ -92,6 +107,13 @@ export function install(vscode: ReturnType<typeof createVscode>): void {
 }
 
 /** A one-line document for the inline completion middleware. */
-export function document(uri: string, text: string) {
-  return { uri: { toString: () => uri }, lineAt: (_line: number) => ({ text }), getText: () => text };
+export function document(uri: string, text: string, languageId = 'python') {
+  const scheme = uri.slice(0, uri.indexOf(':'));
+  return { uri: { scheme, toString: () => uri }, languageId, lineAt: (_line: number) => ({ text }), getText: () => text };
+}
+
+/** Opens `doc` in the mocked workspace, as VS Code does before it tells listeners. */
+export async function open(vscode: ReturnType<typeof createVscode>, doc: unknown): Promise<void> {
+  vscode.workspace.textDocuments.push(doc);
+  for (const listener of vscode.openListeners) await listener(doc);
 }
