@@ -108,16 +108,24 @@ run_tests() {
   cd "$ROOT"
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
   step "Neovim plugin: rules, behaviour (fixed-answer server), real server on the tiny pair, tmux screen"
-  timed "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_nvim_suggestion.py tests/test_nvim_fake_server.py \
-    tests/test_nvim_plugin.py
+  timed "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_nvim_*.py
   cd "$VSCODE_DIR"
   step "VS Code extension: unit tests (mocked vscode API) + protocol e2e against codecue-lsp"
   CODECUE_PYTHON="$PY" timed npm test --silent
-  step "VS Code extension: build the .vsix offline"
+  step "VS Code extension: build the .vsix offline (esbuild bundle: no node_modules inside)"
   timed npm run --silent package >/dev/null
   ls -l codecue.vsix
+  "$PY" - <<'EOF'
+import sys, zipfile
+names = zipfile.ZipFile("codecue.vsix").namelist()
+missing = {"extension/dist/extension.js", "extension/readme.md", "extension/LICENSE.txt", "extension/icon.png"} - set(names)
+bundled = [n for n in names if "node_modules" in n]
+if missing or bundled:
+    sys.exit(f"codecue.vsix: missing {sorted(missing)}, node_modules files {bundled[:5]}")
+print(f"   codecue.vsix: {len(names)} files, no node_modules")
+EOF
   if [ "$SKIP_CODE_SERVER" != 1 ]; then
-    step "VS Code 1.100 (code-server $CODE_SERVER_VERSION) + chromium: type, ghost text, Tab, saved file"
+    step "VS Code 1.100 (code-server $CODE_SERVER_VERSION) + chromium: ~ server path, ghost text, trigger, Tab, saved file, crash + restart"
     CODECUE_PYTHON="$PY" CODE_SERVER_DIR="$CODE_SERVER" timed node out/e2e/code-server.js
     echo "   screenshots: $VSCODE_DIR/test-artifacts/"
   fi

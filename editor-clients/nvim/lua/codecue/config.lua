@@ -10,35 +10,95 @@ M.defaults = {
   pair = nil,
   -- Extra initializationOptions for the server, e.g. { drafter = "lookup", enabledLanguages = { "python" } }.
   init_options = {},
+  -- Filetypes to attach to; the server is told the same list (as LSP languageIds, see M.language_id).
+  -- String keys override the list: { yaml = true } adds yaml, { sh = false } removes sh,
+  -- { markdown = function(bufnr) ... end } attaches and asks the function per buffer whether to suggest.
   filetypes = {
     "python", "javascript", "javascriptreact", "typescript", "typescriptreact",
     "go", "rust", "java", "c", "cpp", "lua", "sh",
   },
-  root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
+  -- Suggest while typing. false: only on the trigger key / :CodeCueTrigger.
+  auto_trigger = true,
   -- Milliseconds without typing before a request is sent (the server also debounces).
   debounce_ms = 75,
   -- Most tokens per suggestion; nil leaves it to the server.
   max_tokens = nil,
-  -- "auto": vim.lsp.inline_completion on Neovim >= 0.12, the plugin's own ghost text on 0.11.
-  -- true / false force one or the other.
-  native = "auto",
+  -- true: Neovim 0.12's vim.lsp.inline_completion draws the suggestions ("auto": when it exists). Off by default
+  -- until that path is tested; false uses the plugin's own ghost text on every version.
+  native = false,
+  -- Buffer-local insert-mode keys. With no suggestion shown, or the completion menu open, a key does what it
+  -- did before: the mapping CodeCue replaced (nvim-cmp, luasnip, your own), a vim.snippet jump for <Tab>, or
+  -- the plain key. false: no mapping; call require("codecue.api") from your own keys (cmp, blink.cmp).
   keymaps = {
-    accept = "<Tab>", -- falls back to a normal <Tab> when no suggestion is shown
+    accept = "<Tab>",
     accept_word = "<M-Right>",
     accept_line = "<M-l>",
     dismiss = "<C-]>",
   },
-  -- Highlight group of the ghost text.
-  hl_group = "Comment",
+  -- Highlight group of the ghost text; CodeCueSuggestion links to Comment unless a colourscheme sets it.
+  hl_group = "CodeCueSuggestion",
 }
 
+-- Manual trigger key when keymaps.trigger is not set (copilot.lua's default).
+M.default_trigger = "<M-\\>"
+
+-- Neovim filetypes whose LSP languageId (what VS Code and the server call the language) differs.
+M.language_ids = { sh = "shellscript", bash = "shellscript", zsh = "shellscript", cs = "csharp",
+  objc = "objective-c", objcpp = "objective-cpp", tex = "latex", dockerfile = "dockerfile" }
+
+function M.language_id(filetype)
+  return M.language_ids[filetype] or filetype
+end
+
+-- `filetypes` as given (a list, string-keyed overrides, or both) -> the list to attach to and the overrides.
+local function split_filetypes(given)
+  local list, overrides = {}, {}
+  for _, ft in ipairs(given) do
+    table.insert(list, ft)
+  end
+  if #list == 0 then
+    list = vim.deepcopy(M.defaults.filetypes)
+  end
+  for key, value in pairs(given) do
+    if type(key) == "string" then
+      overrides[key] = value
+    end
+  end
+  local attach = {}
+  for _, ft in ipairs(list) do
+    if overrides[ft] ~= false then
+      table.insert(attach, ft)
+    end
+  end
+  for ft, value in pairs(overrides) do
+    if value ~= false and not vim.tbl_contains(attach, ft) then
+      table.insert(attach, ft)
+    end
+  end
+  table.sort(attach)
+  return attach, overrides
+end
+
 function M.merge(opts)
-  return vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts or {})
+  opts = vim.deepcopy(opts or {})
+  local filetypes = opts.filetypes or M.defaults.filetypes
+  opts.filetypes = nil -- a user list replaces the defaults, it is not merged into them index by index
+  local cfg = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts)
+  cfg.filetypes, cfg.filetype_overrides = split_filetypes(filetypes)
+  return cfg
 end
 
 function M.init_options(cfg)
   -- debounce_ms stays on the client: the server's own debounce (init_options.debounceMs) adds to it.
-  local options = { pair = cfg.pair, maxTokens = cfg.max_tokens }
+  -- The server's own default language list is shorter than ours: send the one we attach to.
+  local languages = {}
+  for _, ft in ipairs(cfg.filetypes) do
+    local id = M.language_id(ft)
+    if not vim.tbl_contains(languages, id) then
+      table.insert(languages, id)
+    end
+  end
+  local options = { pair = cfg.pair, maxTokens = cfg.max_tokens, enabledLanguages = languages }
   return vim.tbl_extend("force", options, cfg.init_options or {})
 end
 

@@ -46,7 +46,7 @@ local function dismiss(bufnr, st, reason)
   if st.suggestion and st.shown and not st.shown.partly_accepted and reason == "reject" then
     telemetry.rejected(client_of(st), bufnr, st.shown.text)
   end
-  st.suggestion, st.shown, st.pending = nil, nil, nil
+  st.suggestion, st.shown, st.pending, st.shown_at = nil, nil, nil, nil
   ghost.clear(bufnr)
 end
 
@@ -54,6 +54,7 @@ local function show(bufnr, st, s)
   st.suggestion = s
   ghost.show(bufnr, s, M.config.hl_group)
   remember(bufnr, st)
+  st.shown_at = { tick = st.tick, cursor = st.cursor } -- accept() inserts only into this state of the buffer
 end
 
 -- Convert the first usable item of a response into a suggestion at the cursor.
@@ -92,7 +93,7 @@ local function on_response(bufnr, st, request, err, result)
     return
   end
   telemetry.stats.last_error = nil
-  if not M.enabled() or not vim.api.nvim_get_mode().mode:match("^i")
+  if not M.enabled() or not vim.api.nvim_get_mode().mode:match("^i") or vim.fn.pumvisible() == 1
     or vim.api.nvim_get_current_buf() ~= bufnr
     or vim.api.nvim_buf_get_changedtick(bufnr) ~= request.tick or not same_pos(cursor_of(), request.cursor) then
     return
@@ -176,16 +177,45 @@ local function on_char(bufnr)
   end
 end
 
-function M.visible(bufnr)
-  local st = buffers[bufnr or vim.api.nvim_get_current_buf()]
-  return st ~= nil and st.suggestion ~= nil
+-- The completion menu is open (TextChangedP, CompleteChanged): its entries and the ghost text would both claim
+-- the cursor and <Tab>. The menu wins; typing after it closes asks again.
+local function on_menu(bufnr)
+  local st = buffers[bufnr]
+  if st and (st.suggestion or st.inflight) then
+    cancel_inflight(st)
+    dismiss(bufnr, st, "reject")
+  end
 end
 
--- Accept the whole suggestion ("all"), its next word or its next line. Returns true when text was inserted.
+-- The suggestion that is still valid at the cursor, or nil. TextChangedI and CursorMovedI wait until no keys
+-- are pending, so a key pressed right after typing or after a <Cmd> edit ("f<Tab>" arriving together) can come
+-- before they fire: catch up first, then insert only into the buffer state the suggestion was shown for.
+local function current(bufnr, st)
+  if vim.api.nvim_get_current_buf() ~= bufnr then
+    return nil
+  end
+  on_change(bufnr)
+  local at = st.shown_at
+  if st.suggestion and not (at and at.tick == vim.api.nvim_buf_get_changedtick(bufnr)
+      and same_pos(at.cursor, cursor_of())) then
+    dismiss(bufnr, st, "reject")
+    remember(bufnr, st)
+  end
+  return st.suggestion
+end
+
+function M.visible(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local st = buffers[bufnr]
+  return st ~= nil and current(bufnr, st) ~= nil
+end
+
+-- Accept the whole suggestion ("all"), its next word or its next line. Returns true when text was (or, from
+-- an expr mapping, will be) inserted.
 function M.accept(kind)
   local bufnr = vim.api.nvim_get_current_buf()
   local st = buffers[bufnr]
-  local s = st and st.suggestion
+  local s = st and current(bufnr, st)
   if not s then
     return false
   end
@@ -194,17 +224,27 @@ function M.accept(kind)
   local lines = vim.split(chunk, "\n", { plain = true })
   local whole = chunk == s.text
   local replaced_end = s.col + (whole and #s.tail or 0)
-  vim.api.nvim_buf_set_text(bufnr, s.row, s.col, s.row, replaced_end, lines)
+  local ok, err = pcall(vim.api.nvim_buf_set_text, bufnr, s.row, s.col, s.row, replaced_end, lines)
+  if not ok then
+    if not tostring(err):match("E565") then
+      error(err)
+    end
+    -- Called from an expr mapping (blink.cmp and nvim-cmp run keymap functions in one), where the text is
+    -- locked: insert right after the mapping's own keys; that call checks the suggestion again.
+    local again = ("<Cmd>lua require('codecue.fallback').accept(%q)<CR>"):format(kind or "all")
+    vim.api.nvim_feedkeys(vim.keycode(again), "in", false)
+    return true
+  end
   local row = s.row + #lines - 1
   local col = (#lines == 1 and s.col or 0) + #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { row + 1, col })
-  telemetry.accepted(client_of(st), bufnr, st.shown.text, vim.fn.strchars(chunk))
+  telemetry.accepted(client_of(st), bufnr, st.shown.text, telemetry.length(chunk))
   local rest = not whole and suggestion.after_insert(s, chunk) or nil
   if rest then
     st.shown.partly_accepted = true
     show(bufnr, st, rest)
   else
-    st.suggestion, st.shown = nil, nil
+    st.suggestion, st.shown, st.shown_at = nil, nil, nil
     ghost.clear(bufnr)
     remember(bufnr, st)
     schedule_request(bufnr, st) -- offer what comes next, as after typing
@@ -212,26 +252,104 @@ function M.accept(kind)
   return true
 end
 
+-- Returns true when a suggestion was shown (and is now gone).
 function M.dismiss(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   local st = buffers[bufnr]
-  if st then
-    cancel_inflight(st)
-    dismiss(bufnr, st, "reject")
-    remember(bufnr, st)
+  if not st then
+    return false
+  end
+  local had = st.suggestion ~= nil
+  cancel_inflight(st)
+  dismiss(bufnr, st, "reject")
+  remember(bufnr, st)
+  return had
+end
+
+-- Keys. CodeCue's insert-mode keys are buffer-local. When CodeCue has nothing to do, or the completion menu is
+-- open, the key does what it did before, as blink.cmp's and nvim-cmp's "fallback" do: the buffer-local mapping
+-- CodeCue replaced, else the global one (looked up at each press: nvim-cmp, luasnip and Neovim's own snippet
+-- <Tab> may map it after CodeCue attached), else a snippet jump for <Tab>, else the plain key.
+
+local function is_ours(m)
+  return type(m.desc) == "string" and vim.startswith(m.desc, "CodeCue:")
+end
+
+local function global_mapping(lhs)
+  local key = vim.keycode(lhs)
+  for _, m in ipairs(vim.api.nvim_get_keymap("i")) do
+    if vim.keycode(m.lhs) == key and not is_ours(m) then
+      return m
+    end
   end
 end
 
-local function map(bufnr, lhs, action, desc)
-  if not lhs or lhs == "" then
-    return
+local function plug(name)
+  return "<Plug>(codecue-fallback-" .. name .. ")"
+end
+
+-- True from feeding a replayed mapping until its keys have run (DONE is fed right after them).
+local replaying = false
+local DONE = "<Plug>(codecue-fallback-done)"
+vim.keymap.set({ "i", "s", "x", "n", "c", "t" }, DONE, function() -- any mode: the replay may leave Insert mode
+  replaying = false
+end, { desc = "CodeCue: end of a replayed mapping" })
+
+local function fall_through(st, name, lhs)
+  local m = not replaying and (st.replaced[name] or global_mapping(lhs))
+  if m then
+    -- The mapping is copied to a <Plug> key with all it had (expr, Lua callback, remap, the script context of
+    -- a Vimscript rhs) and that key is fed with remapping: the mapping runs as if its own key had been pressed.
+    local copy = vim.deepcopy(m)
+    copy.lhs, copy.lhsraw, copy.lhsrawalt, copy.buffer, copy.mode = plug(name), vim.keycode(plug(name)), nil, 1, "i"
+    vim.fn.mapset(copy)
+    replaying = true
+    vim.schedule(function() -- the same once Neovim waits for input, should DONE never run (an error flushed it)
+      replaying = false
+    end)
+    vim.api.nvim_feedkeys(vim.keycode(plug(name) .. DONE), "im", false)
+  elseif not replaying and vim.keycode(lhs) == vim.keycode("<Tab>") and vim.snippet.active({ direction = 1 }) then
+    vim.snippet.jump(1)
+  else
+    -- Also when the replayed mapping sent its own key again (`imap <expr> <Tab> ... "\<Tab>"` remaps): the
+    -- plain key, as Vim does when a mapping's keys start with its own lhs.
+    vim.api.nvim_feedkeys(vim.keycode(lhs), "in", false)
   end
+end
+
+-- keymaps.<name> -> its description; require("codecue.api").<name>() is the action.
+local actions = { accept = "CodeCue: accept suggestion", accept_word = "CodeCue: accept next word",
+  accept_line = "CodeCue: accept next line", dismiss = "CodeCue: dismiss suggestion" }
+
+local function map(bufnr, st, name, lhs)
+  if not lhs or lhs == "" then
+    return -- false / "": no mapping; require("codecue.api") offers the same actions for keys mapped elsewhere
+  end
+  local before = vim.api.nvim_buf_call(bufnr, function()
+    return vim.fn.maparg(lhs, "i", false, true)
+  end)
+  if before.buffer == 1 and not is_ours(before) then
+    st.replaced[name] = before
+  end
+  st.keys[name] = lhs
   vim.keymap.set("i", lhs, function()
-    if M.visible(bufnr) then
-      return "<Cmd>lua require('codecue.fallback')." .. action .. "<CR>"
+    -- With the completion menu open the key belongs to the menu (or to the mapping that drives it).
+    if vim.fn.pumvisible() == 1 or not require("codecue.api")[name]() then
+      fall_through(st, name, lhs)
     end
-    return lhs
-  end, { buffer = bufnr, expr = true, replace_keycodes = true, desc = desc })
+  end, { buffer = bufnr, desc = actions[name] })
+end
+
+local function unmap(bufnr, st)
+  vim.api.nvim_buf_call(bufnr, function()
+    for name, lhs in pairs(st.keys) do
+      pcall(vim.keymap.del, "i", lhs, { buffer = bufnr })
+      pcall(vim.keymap.del, "i", plug(name), { buffer = bufnr })
+      if st.replaced[name] then
+        vim.fn.mapset(st.replaced[name]) -- what the user (or another plugin) had there before CodeCue
+      end
+    end
+  end)
 end
 
 function M.attach(bufnr, client, config)
@@ -240,7 +358,7 @@ function M.attach(bufnr, client, config)
     buffers[bufnr].client_id = client.id
     return
   end
-  local st = { client_id = client.id }
+  local st = { client_id = client.id, keys = {}, replaced = {} }
   buffers[bufnr] = st
   remember(bufnr, st)
   local group = vim.api.nvim_create_augroup("codecue.buffer." .. bufnr, { clear = true })
@@ -249,13 +367,12 @@ function M.attach(bufnr, client, config)
   end
   au("InsertCharPre", on_char)
   au({ "TextChangedI", "CursorMovedI" }, on_change)
+  au({ "TextChangedP", "CompleteChanged" }, on_menu)
   au({ "InsertLeave", "BufLeave" }, M.dismiss)
   au({ "BufUnload" }, M.detach)
-  local keys = config.keymaps
-  map(bufnr, keys.accept, "accept('all')", "CodeCue: accept suggestion")
-  map(bufnr, keys.accept_word, "accept('word')", "CodeCue: accept next word")
-  map(bufnr, keys.accept_line, "accept('line')", "CodeCue: accept next line")
-  map(bufnr, keys.dismiss, "dismiss()", "CodeCue: dismiss suggestion")
+  for name in pairs(actions) do
+    map(bufnr, st, name, config.keymaps[name])
+  end
 end
 
 function M.detach(bufnr)
@@ -270,6 +387,9 @@ function M.detach(bufnr)
   buffers[bufnr] = nil
   ghost.clear(bufnr)
   pcall(vim.api.nvim_del_augroup_by_name, "codecue.buffer." .. bufnr)
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    pcall(unmap, bufnr, st)
+  end
 end
 
 M.enabled = function()

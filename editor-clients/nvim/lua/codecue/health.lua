@@ -22,6 +22,12 @@ function M.check()
     health.ok("ghost text: CodeCue's extmarks (Neovim 0.11)")
   end
 
+  local languages = require("codecue.config").init_options(codecue.config).enabledLanguages
+  health.info("languages the server is told to complete: " .. table.concat(languages, ", "))
+  if not codecue.config.auto_trigger then
+    health.info("auto_trigger = false: suggestions only on the trigger key or :CodeCueTrigger")
+  end
+
   local exe = codecue.config.cmd[1]
   if vim.fn.executable(exe) == 1 then
     health.ok(("server command found: %s"):format(vim.fn.exepath(exe)))

@@ -7,16 +7,21 @@ local telemetry = require("codecue.telemetry")
 local M = {}
 
 M.config = nil
-M.enabled = true
+M.enabled = true -- global switch (:CodeCueToggle); vim.b.codecue_enabled and M.filetype_enabled narrow it
+M.filetype_enabled = {} -- filetype -> false / true / function(bufnr), run-time overrides of config.filetypes
 M.progress = {} -- client_id -> last $/progress value from the server (model loading)
+M.manual = nil -- { bufnr, tick, row, col } of the last manual trigger (auto_trigger = false still answers it)
 
 function M.use_native(cfg)
   cfg = cfg or M.config
+  if not cfg then
+    return false
+  end
   local available = vim.lsp.inline_completion ~= nil
   if cfg.native == "auto" then
     return available
   end
-  return cfg.native and available
+  return cfg.native == true and available
 end
 
 local function frontend()
@@ -27,6 +32,70 @@ function M.client(bufnr)
   return vim.lsp.get_clients({ name = "codecue", bufnr = bufnr })[1]
 end
 
+-- Whether suggestions are wanted in this buffer: the global switch, then the buffer's, then its filetype's.
+function M.buffer_enabled(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if not M.enabled or not M.config or vim.b[bufnr].codecue_enabled == false then
+    return false
+  end
+  local rule = M.filetype_enabled[vim.bo[bufnr].filetype]
+  if type(rule) == "function" then
+    return rule(bufnr) ~= false
+  end
+  return rule ~= false
+end
+
+local function cursor_key(bufnr)
+  local pos = vim.api.nvim_win_get_cursor(0)
+  return { bufnr = bufnr, tick = vim.api.nvim_buf_get_changedtick(bufnr), row = pos[1], col = pos[2] }
+end
+
+-- With auto_trigger = false only a manual trigger asks the server, and only for the text and cursor it was
+-- pressed at: the next keystroke makes it stale, as typing dismisses a suggestion.
+local function manual_still_current()
+  local m, bufnr = M.manual, vim.api.nvim_get_current_buf()
+  return m ~= nil and vim.deep_equal(m, cursor_key(bufnr))
+end
+
+local function wanted_now()
+  return M.buffer_enabled(0) and (M.config.auto_trigger or manual_still_current())
+end
+
+-- One server per Neovim: it needs no project root, and every extra process loads the weights again.
+local function reuse_client(client, cfg)
+  return client.name == cfg.name and not client:is_stopped()
+end
+
+function M.lsp_config(cfg)
+  cfg = cfg or M.config
+  return {
+    name = "codecue",
+    cmd = cfg.cmd,
+    cmd_env = cfg.cmd_env,
+    filetypes = cfg.filetypes,
+    reuse_client = reuse_client,
+    -- The server and VS Code name languages by LSP languageId ("shellscript", not Neovim's "sh").
+    get_language_id = function(_, filetype)
+      return config.language_id(filetype)
+    end,
+    init_options = config.init_options(cfg),
+  }
+end
+
+local function define_highlight()
+  vim.api.nvim_set_hl(0, "CodeCueSuggestion", { link = "Comment", default = true })
+end
+
+local function map_trigger(bufnr, cfg)
+  local lhs = cfg.keymaps.trigger
+  if lhs == nil then
+    lhs = config.default_trigger
+  end
+  if lhs and lhs ~= "" then
+    vim.keymap.set("i", lhs, M.trigger, { buffer = bufnr, desc = "CodeCue: suggest now" })
+  end
+end
+
 function M.setup(opts)
   if vim.fn.has("nvim-0.11") ~= 1 then
     vim.notify("CodeCue needs Neovim 0.11 or newer", vim.log.levels.ERROR)
@@ -34,17 +103,13 @@ function M.setup(opts)
   end
   M.config = config.merge(opts)
   local cfg = M.config
-  require("codecue.fallback").enabled = function()
-    return M.enabled
-  end
+  M.filetype_enabled = vim.deepcopy(cfg.filetype_overrides)
+  define_highlight()
+  require("codecue.fallback").enabled = wanted_now
 
-  vim.lsp.config("codecue", {
-    cmd = cfg.cmd,
-    cmd_env = cfg.cmd_env,
-    filetypes = cfg.filetypes,
-    root_markers = cfg.root_markers,
-    init_options = config.init_options(cfg),
-  })
+  local lsp = M.lsp_config(cfg)
+  lsp.name = nil
+  vim.lsp.config("codecue", lsp)
   vim.lsp.enable("codecue")
 
   -- The LSP client behind an LspAttach/LspDetach/LspProgress event, when it is CodeCue's.
@@ -53,12 +118,17 @@ function M.setup(opts)
     return client and client.name == "codecue" and client or nil
   end
   local group = vim.api.nvim_create_augroup("codecue", { clear = true })
+  vim.api.nvim_create_autocmd("ColorScheme", { group = group, callback = define_highlight })
   vim.api.nvim_create_autocmd("LspAttach", {
     group = group,
     callback = function(ev)
       local client = codecue_client(ev)
       if client then
         frontend().attach(ev.buf, client, cfg)
+        if M.use_native() and not M.buffer_enabled(ev.buf) then
+          require("codecue.native").enable(false, ev.buf, client.id)
+        end
+        map_trigger(ev.buf, cfg)
       end
     end,
   })
@@ -66,7 +136,7 @@ function M.setup(opts)
     group = group,
     callback = function(ev)
       if codecue_client(ev) then
-        frontend().detach(ev.buf)
+        frontend().detach(ev.buf, ev.data.client_id)
       end
     end,
   })
@@ -87,25 +157,112 @@ function M.setup(opts)
   })
 end
 
-function M.toggle()
-  M.set_enabled(not M.enabled)
+-- Ask for a suggestion at the cursor now (the trigger key, :CodeCueTrigger), also with auto_trigger = false.
+function M.trigger()
+  local bufnr = vim.api.nvim_get_current_buf()
+  if not M.config then
+    return vim.notify("CodeCue: setup() has not been called", vim.log.levels.WARN)
+  end
+  if not M.client(bufnr) then
+    return vim.notify("CodeCue: no server attached to this buffer", vim.log.levels.WARN)
+  end
+  if not M.buffer_enabled(bufnr) then
+    return vim.notify("CodeCue is off in this buffer (:CodeCueToggle)", vim.log.levels.WARN)
+  end
+  if M.use_native() then
+    return vim.notify("CodeCue: with native = true Neovim requests suggestions itself", vim.log.levels.INFO)
+  end
+  M.manual = cursor_key(bufnr)
+  require("codecue.fallback").request(bufnr)
+end
+
+-- Bring every CodeCue buffer in line with the switches: hide suggestions where they are now off.
+local function apply_switches()
+  for _, client in ipairs(vim.lsp.get_clients({ name = "codecue" })) do
+    for bufnr in pairs(client.attached_buffers) do
+      local on = M.buffer_enabled(bufnr)
+      if M.use_native() then
+        require("codecue.native").enable(on, bufnr, client.id)
+      elseif not on then
+        require("codecue.fallback").dismiss(bufnr)
+      end
+    end
+  end
+end
+
+-- scope: nil / "global", "buffer" (vim.b.codecue_enabled) or "filetype" (this buffer's filetype).
+function M.toggle(scope)
+  local bufnr = vim.api.nvim_get_current_buf()
+  if scope == "buffer" then
+    vim.b[bufnr].codecue_enabled = vim.b[bufnr].codecue_enabled == false
+    vim.notify("CodeCue " .. (vim.b[bufnr].codecue_enabled and "enabled" or "disabled") .. " in this buffer")
+  elseif scope == "filetype" then
+    local ft = vim.bo[bufnr].filetype
+    M.filetype_enabled[ft] = M.filetype_enabled[ft] == false
+    vim.notify("CodeCue " .. (M.filetype_enabled[ft] and "enabled" or "disabled") .. " for " .. ft)
+  elseif scope == nil or scope == "" or scope == "global" then
+    return M.set_enabled(not M.enabled)
+  else
+    return vim.notify("CodeCueToggle: expected buffer, filetype or nothing", vim.log.levels.ERROR)
+  end
+  apply_switches()
 end
 
 function M.set_enabled(on)
   M.enabled = on
-  if M.config and M.use_native() then
-    vim.lsp.inline_completion.enable(on)
-  elseif not on then
-    for bufnr in pairs(require("codecue.fallback").buffers) do
-      require("codecue.fallback").dismiss(bufnr)
+  apply_switches()
+  vim.notify("CodeCue " .. (on and "enabled" or "disabled"))
+end
+
+-- Stop the server and start a fresh one for the buffers it served (a wedged server, a new model on disk).
+function M.restart()
+  if not M.config then
+    return vim.notify("CodeCue: setup() has not been called", vim.log.levels.WARN)
+  end
+  local buffers, clients = {}, vim.lsp.get_clients({ name = "codecue" })
+  local current = vim.api.nvim_get_current_buf()
+  if vim.tbl_contains(M.config.filetypes, vim.bo[current].filetype) and vim.bo[current].buftype == "" then
+    buffers[current] = true
+  end
+  for _, client in ipairs(clients) do
+    for bufnr in pairs(client.attached_buffers) do
+      buffers[bufnr] = true
+    end
+    client:stop()
+  end
+  -- Gone means its exit was handled: LspDetach has run, so it cannot detach a buffer from the new client's state.
+  local function all_gone()
+    return vim.iter(clients):all(function(c) return vim.lsp.get_client_by_id(c.id) == nil end)
+  end
+  -- A server that does not answer shutdown (stuck loading, say) is killed rather than left running.
+  if not vim.wait(5000, all_gone, 20) then
+    for _, client in ipairs(clients) do
+      client.rpc.terminate()
+    end
+    vim.wait(2000, all_gone, 20)
+  end
+  M.progress = {}
+  telemetry.stats.last_error = nil
+  for bufnr in pairs(buffers) do
+    if vim.api.nvim_buf_is_loaded(bufnr) then
+      vim.lsp.start(M.lsp_config(), { bufnr = bufnr, reuse_client = reuse_client })
     end
   end
-  vim.notify("CodeCue " .. (on and "enabled" or "disabled"))
+end
+
+-- The public API (lua/codecue/api.lua), loaded on first use: for cmp / blink Tab mappings of your own.
+for _, name in ipairs({ "is_visible", "accept", "accept_word", "accept_line", "dismiss" }) do
+  M[name] = function(...)
+    return require("codecue.api")[name](...)
+  end
 end
 
 -- "loading 40%", "ready", "off", "error: ..." for the current buffer's server.
 function M.state(bufnr)
-  if not M.enabled then
+  if not M.config then
+    return "setup() not called"
+  end
+  if not M.buffer_enabled(bufnr) then
     return "off"
   end
   local client = M.client(bufnr or 0)
@@ -154,6 +311,9 @@ function M.server_stats(bufnr, timeout_ms)
 end
 
 function M.status_lines()
+  if not M.config then
+    return { M.statusline(), 'call require("codecue").setup({}) in your config (see :help codecue)' }
+  end
   local lines = { M.statusline(), "frontend: " .. (M.use_native() and "vim.lsp.inline_completion" or "extmarks") }
   local client = M.client(0)
   if client then

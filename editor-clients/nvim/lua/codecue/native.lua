@@ -1,5 +1,6 @@
 -- Neovim >= 0.12: vim.lsp.inline_completion draws and accepts the suggestions; this adds the keymaps and the
--- accept notification. Written against the 0.12 documentation; NOT tested here (only 0.11.4 is available).
+-- accept notification. Written against the 0.12 documentation; NOT tested in 0.12 (only 0.11.4 is available),
+-- hence off by default (config.native = false).
 local telemetry = require("codecue.telemetry")
 
 local M = {}
@@ -16,8 +17,13 @@ local function cursor()
   return { pos[1] - 1, pos[2] }
 end
 
+-- Scoped to CodeCue's client: another server's inline completions in the same buffer are not ours to switch.
+function M.enable(on, bufnr, client_id)
+  vim.lsp.inline_completion.enable(on, { bufnr = bufnr, client_id = client_id })
+end
+
 function M.attach(bufnr, client, config)
-  vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+  M.enable(true, bufnr, client.id)
   local lhs = config.keymaps.accept
   if not lhs or lhs == "" then
     return
@@ -30,13 +36,13 @@ function M.attach(bufnr, client, config)
     -- The item is applied by Neovim; report what it inserted once that has happened.
     vim.schedule(function()
       local text = text_between(bufnr, before, cursor())
-      telemetry.accepted(client, bufnr, text, vim.fn.strchars(text))
+      telemetry.accepted(client, bufnr, text, telemetry.length(text))
     end)
   end, { buffer = bufnr, expr = true, replace_keycodes = true, desc = "CodeCue: accept suggestion" })
 end
 
-function M.detach(bufnr)
-  pcall(vim.lsp.inline_completion.enable, false, { bufnr = bufnr })
+function M.detach(bufnr, client_id)
+  pcall(M.enable, false, bufnr, client_id)
 end
 
 return M

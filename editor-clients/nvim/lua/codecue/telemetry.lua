@@ -10,9 +10,15 @@ local function notify(client, method, params)
   end
 end
 
+-- Length in characters. Not vim.fn.strchars: a model can write NUL bytes, and such a string reaches Vimscript
+-- as a Blob (E976), which broke BufLeave while a suggestion was shown.
+function M.length(text)
+  return vim.str_utfindex(text, "utf-32")
+end
+
 -- The server's notification params: the document, the suggestion and its length in characters.
 local function event(bufnr, text)
-  return { uri = vim.uri_from_bufnr(bufnr), text = text, length = vim.fn.strchars(text) }
+  return { uri = vim.uri_from_bufnr(bufnr), text = text, length = M.length(text) }
 end
 
 function M.shown(client, bufnr, text)
