@@ -54,9 +54,10 @@ def test_memory_drifting_past_5_percent_fails_and_is_reported_in_both_directions
     n = 50
     growing = verdict(samples([300 + 0.5 * i for i in range(n)]), requests=10 * (n - 1))
     assert not growing["passed"] and not growing["rss_mb"]["ok"]
-    # judged on the median of the last 5 samples: 304 at warm-up (samples 6..10), 323.5 at the end
-    assert growing["rss_mb"]["at_warmup"] == 304 and growing["rss_mb"]["last"] == 324.5
-    assert growing["rss_mb"]["drift_pct"] == pytest.approx(19.5 / 304 * 100)
+    # judged on levels (medians of 9 samples): 307 just after warm-up (samples 10..18), 322.5 at the end (41..49)
+    assert growing["rss_mb"]["at_warmup"] == 307 and growing["rss_mb"]["last"] == 324.5
+    assert growing["rss_mb"]["drift_pct"] == pytest.approx(15.5 / 307 * 100)
+    assert growing["rss_mb"]["halves_shift_pct"] > 0
     shrinking = verdict(samples([300.0] * 20 + [280.0] * 30), requests=490)
     assert not shrinking["passed"] and shrinking["rss_mb"]["drift_pct"] == pytest.approx(-20 / 3)
     within = verdict(samples([300.0] * 20 + [314.0] * 30), requests=490)  # +4.7 %
@@ -174,6 +175,10 @@ def test_soak_on_the_tiny_pair(tiny_pair_env, tmp_path, monkeypatch):
     for name, value in tiny_pair_env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # tiny models: threads only contend on a shared 2-core machine
+    # glibc moves its mmap threshold up after freeing large blocks and then keeps such blocks in the heap: RSS steps
+    # up by a few % at a random moment and stays (seen: +5 % on this ~500 MB process). A fixed threshold makes a step
+    # mean memory the server holds, which is what the soak is after.
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     sources = sorted(str(p) for p in (REPO / "engine").glob("*.py")) + [str(REPO / "codecue_lsp" / "server.py")]
     trace, report, page = tmp_path / "soak.jsonl", tmp_path / "soak.json", tmp_path / "soak.html"
     assert main(["synth", *sources, "--rotate", "8", "--max-keystrokes", str(SOAK_REQUESTS), "--out",
