@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-python test-editors models venv bench clean
+.PHONY: demo test test-python test-editors test-remote models venv bench clean
 
 venv: $(STAMP)
 
@@ -34,7 +34,11 @@ demo: models
 test: test-python test-editors
 
 test-python: models
-	$(BIN)/pytest -q -rs -m "not editor"
+	$(BIN)/pytest -q -rs -m "not editor and not remote"
+
+# `codecue-lsp --engine URL` against a real llama-server: needs scripts/build-llama-cpp.sh's build (not in `make test`).
+test-remote: models
+	$(BIN)/pytest -q -rs -m remote tests/test_remote_llama.py
 
 test-editors: $(STAMP)
 	VENV=$(CURDIR)/$(VENV) bash editor-clients/test.sh

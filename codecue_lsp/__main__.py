@@ -27,6 +27,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--debounce-ms", type=int, help="wait this long for more typing (default 30)")
     parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default auto: chosen per document by expected tokens per second)")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
+    parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
+                        "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
+    parser.add_argument("--remote-model", help="model name for --engine URL (default: the first one /v1/models lists)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-file", help="also log to this file (logs never go to stdout)")
     return parser.parse_args(argv)
@@ -37,7 +40,8 @@ def cli_settings(args: argparse.Namespace) -> dict:
     given = {
         "pair": args.pair, "device": args.device, "dtype": args.dtype, "max_tokens": args.max_tokens,
         "debounce_ms": args.debounce_ms, "drafter": args.drafter, "enabled_languages": args.languages,
-        "log_level": args.log_level, "log_file": args.log_file,
+        "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
+        "remote_model": args.remote_model,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -46,6 +50,8 @@ def check(settings) -> int:
     """Load the pair, complete CHECK_DOCUMENT twice (cold, then warm), print timings. 0 = working."""
     from engine.models import ModelsError
 
+    if settings.engine != "local":
+        return check_remote(settings)
     from .prompt import OpenDocument
     from .loading import build_completer
 
@@ -81,6 +87,34 @@ def check(settings) -> int:
               f"acceptance {s.acceptance_rate:.2f}, finish {result.finish_reason}")
     print(f"completion: {text!r}")
     completer.engine.close()
+    return 0
+
+
+def check_remote(settings) -> int:
+    """Ask the endpoint for its models, then complete CHECK_DOCUMENT once. 0 = working."""
+    from .prompt import OpenDocument
+    from .remote import build_remote_completer, describe
+
+    print(f"codecue-lsp --check: engine {settings.engine} (FIM template of pair {settings.pair!r})", flush=True)
+    try:
+        completer = build_remote_completer(settings, None)
+        backend = completer.engine
+        t0 = time.perf_counter()
+        model = backend.model_name()
+    except Exception as exc:
+        print(f"error: {settings.engine} did not answer GET /models: {describe(exc)}", file=sys.stderr)
+        return 2
+    print(f"model {model!r} ({(time.perf_counter() - t0) * 1000:.0f} ms)")
+    doc = OpenDocument(uri="file:///codecue-check.py", language_id="python", text=CHECK_DOCUMENT)
+    lines = CHECK_DOCUMENT.split("\n")
+    t0 = time.perf_counter()
+    prepared = completer.prepare(doc, len(lines) - 1, len(lines[-1]), settings)
+    text, result = completer.complete(prepared)
+    backend.close()
+    if backend.health.healthy is not True:
+        print(f"error: completion failed: {backend.health.last_error}", file=sys.stderr)
+        return 2
+    print(f"completion in {(time.perf_counter() - t0) * 1000:.0f} ms, finish {result.finish_reason}: {text!r}")
     return 0
 
 

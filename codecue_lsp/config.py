@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 CONFIG_SECTION = "codecue"
 DRAFTERS = ("auto", "none", "draft", "lookup", "hybrid")  # auto: by expected gain on this machine
 # Settings that only take effect when the model pair is loaded; changing them later needs a restart.
-LOAD_SETTINGS = ("pair", "device", "dtype")
+LOAD_SETTINGS = ("pair", "device", "dtype", "engine")
 DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust",
                      "java", "c", "cpp")
 
@@ -30,6 +30,12 @@ class Settings:
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"
     log_file: str | None = None
+    # "local" = this process's engine; else an OpenAI-compatible base URL (vLLM, llama-server), see remote.py.
+    engine: str = "local"
+    remote_model: str | None = None  # None: the first model GET /v1/models lists
+    api_key_env: str = "CODECUE_API_KEY"  # the env var that holds the API key (the key itself is never a setting)
+    remote_connect_timeout_s: float = 3.0
+    remote_read_timeout_s: float = 10.0  # longest wait for the next streamed chunk
 
     def language_enabled(self, language_id: str | None) -> bool:
         langs = self.enabled_languages
@@ -109,6 +115,22 @@ def _log_level(value: Any) -> str:
     return value
 
 
+def _engine(value: Any) -> str:
+    value = _text(value)
+    if value != "local" and not value.startswith(("http://", "https://")):
+        raise ValueError("expected 'local' or an http(s):// base URL such as http://127.0.0.1:8080/v1")
+    return value.rstrip("/")
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError("expected a number of seconds")
+    number = float(value)
+    if not 0.05 <= number <= 600:
+        raise ValueError("expected 0.05..600 seconds")
+    return number
+
+
 _PARSERS = {
     "pair": _text,
     "device": _text,
@@ -119,6 +141,11 @@ _PARSERS = {
     "enabled_languages": _languages,
     "log_level": _log_level,
     "log_file": _text,
+    "engine": _engine,
+    "remote_model": _text,
+    "api_key_env": _text,
+    "remote_connect_timeout_s": _seconds,
+    "remote_read_timeout_s": _seconds,
 }
 assert set(_PARSERS) == {f.name for f in dataclasses.fields(Settings)}
 

@@ -44,8 +44,16 @@ async def load_models(ls) -> None:
         if progress:
             ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="model loading failed"))
         return
+    backend = completer.engine
+    if hasattr(backend, "on_unhealthy"):  # the remote backend: its first failure after a success shows one message
+        loop = asyncio.get_running_loop()
+
+        def show(message: str) -> None:
+            loop.call_soon_threadsafe(ls.window_show_message,
+                                      lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
+        backend.on_unhealthy = show
     ls.completer = completer
-    logger.info("model pair %s ready", settings.pair)
+    logger.info("model pair %s ready (engine %s)", settings.pair, settings.engine)
     for uri in list(ls.workspace.text_documents):
         ls.sync_workspace(uri)
     if progress:
@@ -54,6 +62,10 @@ async def load_models(ls) -> None:
 
 
 def build_completer(settings: Settings, syntax=None):
+    if settings.engine != "local":
+        from .remote import build_remote_completer
+
+        return build_remote_completer(settings, syntax)
     from engine.engine import Engine
     from engine.models import load_pair
 

@@ -361,6 +361,11 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         workspace = getattr(engine, "workspace", None)
         out["workspace_documents"] = workspace.count("workspace") if workspace is not None else 0
         out["resources"] = resource_sizes(ls, engine)
+        info = getattr(engine, "info", None)  # the remote backend reports its endpoint's health
+        out["backend"] = info() if callable(info) else {
+            "kind": "local" if ls.settings.engine == "local" else "remote",
+            "url": None if ls.settings.engine == "local" else ls.settings.engine,
+            "healthy": ls.ready, "last_error": ls.load_error}
         return out
 
     @server.feature(lsp.SHUTDOWN)
