@@ -208,9 +208,12 @@ async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, t
                 row = await cancel_trial(bench, phase, measure, uri, line + 2, len(indent), f"cancel-{phase}-{attempt}")
                 bench.delete(uri, (line, end_of_line), (line + 2, len(indent)))
             elif phase == "decode":  # the rest of a line (a random model rarely ends a block, but soon ends a line)
-                bench.insert(uri, line, len(typed_line), "\u00a7")
-                row = await cancel_trial(bench, phase, measure, uri, line, len(typed_line) + 1, f"cancel-{phase}-{attempt}")
-                bench.delete(uri, (line, len(typed_line)), (line, len(typed_line) + 1))
+                # different each time: the same text would be answered from the type-through cache after a "next"
+                mark = f"\u00a7{attempt}"
+                bench.insert(uri, line, len(typed_line), mark)
+                end = len(typed_line) + len(mark)
+                row = await cancel_trial(bench, phase, measure, uri, line, end, f"cancel-{phase}-{attempt}")
+                bench.delete(uri, (line, len(typed_line)), (line, end))
             else:
                 fresh = uri.replace("/bench.", f"/cancel-{attempt}.")
                 bench.open(fresh, doc)

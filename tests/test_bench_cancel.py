@@ -11,8 +11,9 @@ FILE = Path(__file__).resolve().parents[1] / "engine" / "speculative.py"
 
 
 def test_cancels_in_prefill_and_in_decode_stop_the_engine(tiny_pair_env):
-    # The step delay keeps decode running long enough to be caught; one torch thread on a shared machine.
-    env = dict(tiny_pair_env, CODECUE_TEST_STEP_DELAY_MS="25", OMP_NUM_THREADS="1")
+    # The step delay keeps decode running long enough to be caught even when a generation is one or two steps (25 ms
+    # missed some on a loaded CI machine); one torch thread on a shared machine.
+    env = dict(tiny_pair_env, CODECUE_TEST_STEP_DELAY_MS="100", OMP_NUM_THREADS="1")
     result = run_server_bench(FILE, pair="tiny", keystrokes=1, cancel_trials=TRIALS, env=env)
 
     rows = result["cancel_trials"]
