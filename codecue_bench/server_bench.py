@@ -272,25 +272,25 @@ async def wait_for_phase(bench: BenchClient, request, phases: tuple[str, ...]) -
     return None
 
 
-async def next_engine_seconds(bench: BenchClient, before: dict) -> float:
-    """The engine time of the request after the cancelled one (results are counted in request order)."""
+async def engine_results(bench: BenchClient, count: int) -> dict:
+    """The server's engine totals once it has counted `count` results. It counts each on its event loop just after
+    the engine finishes, in request order (one worker)."""
     started = time.perf_counter()
-    while (engine := (await bench.stats())["engine"])["results"] < before["results"] + 2:
+    while (engine := (await bench.stats())["engine"])["results"] < count:
         await asyncio.sleep(POLL_S)
         if time.perf_counter() - started > HANG_S:
-            raise TimeoutError("the server never counted the next request's result")
-    return engine["last_seconds"]
+            raise TimeoutError(f"the server never counted {count} engine results")
+    return engine
+
+
+async def next_engine_seconds(bench: BenchClient, before: dict) -> float:
+    """The engine time of the request after the cancelled one."""
+    return (await engine_results(bench, before["results"] + 2))["last_seconds"]
 
 
 async def engine_cancelled_since(bench: BenchClient, before: dict) -> bool:
-    """Whether the cancelled request's engine result ended "cancelled". The server counts each result on its event
-    loop just after the engine finishes (a next request's result comes after it: one worker)."""
-    started = time.perf_counter()
-    while (engine := (await bench.stats())["engine"])["results"] < before["results"] + 1:
-        await asyncio.sleep(POLL_S)
-        if time.perf_counter() - started > HANG_S:
-            raise TimeoutError("the server never counted the engine's result")
-    return engine["cancelled"] > before["cancelled"]
+    """Whether the cancelled request's engine result ended "cancelled"."""
+    return (await engine_results(bench, before["results"] + 1))["cancelled"] > before["cancelled"]
 
 
 def cancel_summary(rows: list[dict]) -> dict:

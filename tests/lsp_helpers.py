@@ -57,13 +57,13 @@ async def wait_until_loaded(client, timeout: float = 120.0) -> dict:
         await asyncio.sleep(0.1)
 
 
-async def wait_for_stats(client, predicate, timeout: float = 60.0) -> dict:
+async def wait_for_stats(client, predicate, what: str = "the condition", timeout: float = 60.0) -> dict:
     """Poll codecue.stats until predicate(stats) holds: waits on the server's state, not on a clock. `timeout` is
     only a hang guard (generous: a loaded machine may take long, a broken server never gets there)."""
     deadline = time.monotonic() + timeout
     while not predicate(current := await stats(client)):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the server's stats never met the condition within {timeout} s: {current}")
+            raise TimeoutError(f"the server's stats never met {what} within {timeout} s: {current}")
         await asyncio.sleep(0.02)
     return current
 

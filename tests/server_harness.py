@@ -13,10 +13,8 @@ import asyncio
 import itertools
 import json
 import threading
-import time
 from collections import defaultdict
 
-from lsp_helpers import stats
 
 # Only a hang guard: how long a blocked step waits for the test before giving up (so that a server that blocks
 # its event loop makes the test fail instead of hanging it).
@@ -115,18 +113,6 @@ class Gate:
 
 
 # --- subprocess helpers -----------------------------------------------------------------------------------------
-async def wait_for_stats(client, predicate, what: str, timeout: float = 60.0) -> dict:
-    """Poll codecue.stats until predicate(stats) holds (the timeout is only a hang guard)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        current = await stats(client)
-        if predicate(current):
-            return current
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached after {timeout} s; stats: {current}")
-        await asyncio.sleep(0.05)
-
-
 class ResponseCounter:
     """Counts every response message the client receives, per id (a duplicate answer would show up here)."""
 
