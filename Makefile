@@ -12,10 +12,14 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 # Reinstall only when the dependency list changes. torch is pinned to ==2.13.0 so pip takes the CPU wheel.
+# llama-cpp-python has no wheels on PyPI: pip builds llama.cpp for this CPU (~4 min on 2 cores), only the library.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
 $(STAMP): pyproject.toml
+	@command -v c++ >/dev/null || { echo "make: no C++ compiler (pip builds llama.cpp): apt-get install build-essential" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q -e ".[test,llamacpp]"
 	touch $(STAMP)
 
 models: $(STAMP)

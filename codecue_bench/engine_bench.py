@@ -82,13 +82,22 @@ def pick_modes(args, pair) -> list[str]:
             raise ModelsError(f"no draft model loaded (the calibration says it does not pay on this machine): "
                               f"pass --with-draft to run {', '.join(m for m in modes if m in NEED_DRAFT_MODEL)}")
         return modes
-    modes = [m for m in MODES if m not in LLAMA_MODES and (pair.draft is not None or m not in NEED_DRAFT_MODEL)]
+    modes = [m for m in MODES if m not in LLAMA_MODES and (pair.draft is not None or m not in NEED_DRAFT_MODEL)
+             and (m != "hf_assisted" or transformers_pair(pair))]
     if pair.draft is None:
         print(f"codecue-bench: no draft model loaded (the calibration says it does not pay here): leaving out "
               f"{', '.join(NEED_DRAFT_MODEL)}; --with-draft loads it", file=sys.stderr)
     if not getattr(args, "no_llama_cpp", False) and (getattr(args, "llama_server", None) or llama_ready(pair)):
         modes.append("llama_cpp")
     return modes
+
+
+def transformers_pair(pair) -> bool:
+    """hf_assisted runs transformers' generate: both models must be transformers models (not weight format
+    llamacpp)."""
+    import torch
+
+    return isinstance(pair.target, torch.nn.Module) and isinstance(pair.draft, torch.nn.Module)
 
 
 def llama_ready(pair) -> bool:
@@ -266,9 +275,13 @@ def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[i
     there (one-token pass): a near-tie flipped by rounding in a wider pass, or a real disagreement."""
     import torch
 
+    from engine.kvcache import cache_for
+
     at = first_difference(reference, tokens)
     with torch.inference_mode():
-        logits = pair.target(input_ids=torch.tensor([prompt_ids + reference[:at]], device=pair.device)).logits[0, -1]
+        cache = cache_for(pair.target)
+        cache.extend_to(prompt_ids + reference[:at - 1] if at else prompt_ids[:-1])
+        logits = cache.forward([(prompt_ids + reference)[len(prompt_ids) + at - 1]], logits="last")[-1]
     top = torch.topk(logits.float(), 2)
     return {"position": at, "target_top2_logit_gap": round(float(top.values[0] - top.values[1]), 4)}
 
@@ -277,7 +290,7 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
     """Milliseconds of one target pass over 1, 2, ..., K+1 new tokens and of one draft pass, after a prefill."""
     import torch
 
-    from engine.kvcache import TrackedCache
+    from engine.kvcache import cache_for
 
     def best_ms(cache, n, logits):
         times = []
@@ -290,12 +303,12 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
 
     out = {}
     with torch.inference_mode():
-        target = TrackedCache(pair.target)
+        target = cache_for(pair.target)
         for n in sorted({1, 2, 4, k + 1}):
             target.extend_to(prompt_ids[:-n])
             out[f"target_{n}"] = best_ms(target, n, "all")
         if pair.draft is not None:
-            draft = TrackedCache(pair.draft)
+            draft = cache_for(pair.draft)
             draft.extend_to(prompt_ids[:-1])
             out["draft_1"] = best_ms(draft, 1, "last")
             out["draft_cost_ratio"] = out["draft_1"] / out["target_1"]

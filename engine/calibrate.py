@@ -291,7 +291,9 @@ def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_
     """The fastest target and draft among the candidates. A combination asked for by name that was screened out
     is still taken when it is the only candidate (the user's explicit choice)."""
     def best(role: str, formats, score) -> Measurement | None:
-        found = [m for m in cal.measurements if m.role == role and m.weights in formats and m.activations in activations]
+        # llama.cpp picks its own activation types ("ggml"): a llamacpp row competes whenever that format does.
+        found = [m for m in cal.measurements if m.role == role and m.weights in formats
+                 and (m.activations in activations or m.weights == "llamacpp")]
         complete = [m for m in found if m.complete]
         if complete:
             return min(complete, key=score)
@@ -341,15 +343,34 @@ def save(home: Path, cal: Calibration) -> None:
 
 
 def calibration_for(home: Path, target_config, draft_config=None, device: str = "cpu", force: bool = False,
-                    progress: bool = True) -> Calibration:
-    """The cached table for this machine and pair, measuring it first when there is none (once per machine)."""
+                    progress: bool = True, gguf_files: dict | None = None) -> Calibration:
+    """The cached table for this machine and pair, measuring it first when there is none (once per machine).
+    gguf_files ({role: path}): also time those files in llama.cpp where it is installed (a few seconds each; added
+    to a cached table that lacks them)."""
     key = machine_key(device, target_config, draft_config)
     cal = None if force else load_cached(home, key)
     if cal is None:
         log.info("calibrating weight formats on %s (once per machine)", key["processor"])
         cal = calibrate(target_config, draft_config, device, progress=progress)
         save(home, cal)
+    if add_llamacpp(cal, gguf_files or {}, device):
+        save(home, cal)
     return cal
+
+
+def add_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
+    """Time the real GGUF files in llama.cpp (format "llamacpp") where the table has no such row yet."""
+    from . import llamacpp
+
+    if device != "cpu" or not gguf_files or not llamacpp.available():
+        return False
+    added = False
+    for role, path in gguf_files.items():
+        if path is not None and not any(m.role == role and m.weights == "llamacpp" for m in cal.measurements):
+            log.info("timing %s in llama.cpp (%s)", role, path)
+            cal.measurements.append(llamacpp.measure(role, path))
+            added = True
+    return added
 
 
 def format_table(cal: Calibration, choice: Choice | None = None) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .interrupt import PassCancelled
-from .kvcache import TrackedCache
+from .kvcache import TrackedCache, cache_for
 from .sampling import sample, warp
 
 
@@ -98,7 +98,7 @@ class ModelDrafter:
     def __init__(self, model: torch.nn.Module, cache: TrackedCache | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, generator: torch.Generator | None = None, min_confidence: float = 0.3):
         self.model = model
-        self.cache = cache or TrackedCache(model)
+        self.cache = cache or cache_for(model)
         self.temperature, self.top_p, self.generator = temperature, top_p, generator
         self.min_confidence = min_confidence
 

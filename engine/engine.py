@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
-from .kvcache import TrackedCache, common_prefix_length
+from .kvcache import TrackedCache, cache_for, common_prefix_length
 from .models import LoadedPair
 from .policy import GainPolicy, PassCosts, SharedAcceptance
 from .speculative import SpeculationController, generate
@@ -200,8 +200,8 @@ class Engine:
         return self.sessions[key]
 
     def _new_session(self) -> Session:
-        draft = TrackedCache(self.pair.draft) if self.pair.draft is not None else None
-        return Session(target=TrackedCache(self.pair.target), draft=draft)
+        draft = cache_for(self.pair.draft) if self.pair.draft is not None else None
+        return Session(target=cache_for(self.pair.target), draft=draft)
 
     def _available_drafter(self, name: str) -> str:
         if name in ("draft", "hybrid") and self.pair.draft is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kvcache import TrackedCache
+from .kvcache import cache_for
 
 # Logits: the largest difference seen between a one-token pass and the same position of a 9-token pass, on the default
 # pair in its calibrated format, is well below this (docs/benchmarks.md, "Lossless on real weights").
@@ -39,7 +39,7 @@ def top2_gap(logits: torch.Tensor) -> float:
 def reference_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int,
                      stop_token_ids: set[int]) -> tuple[list[int], list[float]]:
     """Target-alone greedy tokens (stop token excluded, like CompletionResult.token_ids) and the gap at each one."""
-    cache = TrackedCache(model)
+    cache = cache_for(model)
     cache.extend_to(list(prompt_ids[:-1]))
     pending, tokens, gaps = prompt_ids[-1], [], []
     while len(tokens) < max_new_tokens:
@@ -85,7 +85,7 @@ def compare(candidate: list[int], reference: list[int], gaps: list[float], epsil
 def pass_rounding(model: torch.nn.Module, prompt_ids: list[int], continuation: list[int]) -> float:
     """Largest |logit difference| between one (len(continuation))-token pass and the same positions computed one
     token at a time, after the same cached prompt: how far a verify pass can round from target-alone decoding."""
-    wide, narrow = TrackedCache(model), TrackedCache(model)
+    wide, narrow = cache_for(model), cache_for(model)
     wide.extend_to(list(prompt_ids))
     narrow.extend_to(list(prompt_ids))
     together = wide.forward(list(continuation), logits="all")

@@ -23,6 +23,13 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return lo
 
 
+def cache_for(model):
+    """A new, empty cache for one session of model: its own kind when it has one (engine/llamacpp.py), else a
+    TrackedCache over transformers' caches."""
+    new_cache = getattr(model, "new_cache", None)
+    return new_cache() if new_cache is not None else TrackedCache(model)
+
+
 @dataclass
 class TrackedCache:
     """A transformers KV cache plus the exact token ids whose keys/values it holds (`ids`). A model with compiled

@@ -180,7 +180,9 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
         raise ModelsError(
             f"model {spec.name} is not downloaded (looked in {path}). Run `codecue-models fetch` first.")
     weight_format = canonical_format(weight_format)
-    gguf = gguf_file(spec, home) if weight_format in GGUF_FORMATS else None
+    gguf = gguf_file(spec, home) if weight_format in GGUF_FORMATS + ("llamacpp",) else None
+    if weight_format == "llamacpp":
+        return load_llamacpp(spec, gguf, home)
     if weight_format in GGUF_FORMATS and spec.gguf_file and gguf is None:
         raise ModelsError(f"weight format {weight_format} reads {spec.gguf_file}, which is missing from "
                           f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
@@ -203,6 +205,22 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
             # Weights loaded from a memory-mapped file can sit misaligned; a copy is 7-10 % faster to read.
             p.data = p.data.clone()
     return model
+
+
+def load_llamacpp(spec: ModelSpec, gguf: Path | None, home: Path | None):
+    """The GGUF in llama.cpp (engine/llamacpp.py): its kernels behind CodeCue's decode loop."""
+    from . import llamacpp
+
+    if not llamacpp.available():
+        raise ModelsError(f"weight format llamacpp needs llama-cpp-python: `pip install {llamacpp.PIP_REQUIREMENT}` "
+                          f"(it builds llama.cpp for this CPU, ~4 minutes), or choose another format")
+    if gguf is None:
+        raise ModelsError(f"weight format llamacpp reads {spec.gguf_file or 'a GGUF file'}, which is missing from "
+                          f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
+    try:
+        return llamacpp.LlamaCppModel(gguf, label=spec.name)
+    except ValueError as exc:
+        raise ModelsError(f"{exc}. Run `codecue-models verify`, then `codecue-models fetch` to repair it.") from exc
 
 
 def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, device, gguf, home: Path | None):
@@ -252,17 +270,37 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
         act = "bfloat16" if dtype == "auto" else dtype
         return Choice("dense", act, "dense" if spec.draft else None, act if spec.draft else None, spec.draft is not None), None
     if "auto" not in (target_weights, draft_weights, dtype):
-        return Choice(target_weights, dtype, draft_weights if spec.draft else None, dtype if spec.draft else None,
-                      spec.draft is not None), None
+        return Choice(target_weights, activations_of(target_weights, dtype), draft_weights if spec.draft else None,
+                      activations_of(draft_weights, dtype) if spec.draft else None, spec.draft is not None), None
     draft_config = model_config(spec.draft, home) if spec.draft else None
+    # llama.cpp's kernels compete where llama-cpp-python is installed and the GGUF is on disk, when the format
+    # is left to the calibration; they are timed on the real file.
+    with_llamacpp = dtype == "auto" and llamacpp_available()
+    ggufs = {role: gguf_file(model, home) for role, model in (("target", spec.target), ("draft", spec.draft))
+             if model is not None and with_llamacpp}
     cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
-                          progress=progress)
-    choice = choose(cal, TARGET_FORMATS if target_weights == "auto" else (target_weights,),
-                    DRAFT_FORMATS if draft_weights == "auto" else (draft_weights,),
+                          progress=progress, gguf_files={r: p for r, p in ggufs.items() if p is not None})
+    def candidates(asked: str, formats: tuple, role: str) -> tuple:
+        if asked != "auto":
+            return (asked,)
+        return formats + (("llamacpp",) if ggufs.get(role) is not None else ())
+    choice = choose(cal, candidates(target_weights, TARGET_FORMATS, "target"),
+                    candidates(draft_weights, DRAFT_FORMATS, "draft"),
                     ACTIVATIONS if dtype == "auto" else (dtype,))
     if draft_weights != "auto" and spec.draft:
         choice.draft_model = True  # asked for by name: load it even where it does not pay
     return choice, cal
+
+
+def activations_of(weights: str, dtype: str) -> str:
+    """llama.cpp chooses its own activation types; torch formats run in the asked dtype."""
+    return "ggml" if weights == "llamacpp" else dtype
+
+
+def llamacpp_available() -> bool:
+    from . import llamacpp
+
+    return llamacpp.available()
 
 
 def load_pair(name: str = "default", *, device: str | None = None, dtype: str | None = None,
@@ -280,10 +318,10 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     spec = config.pair(name)
     dev = pick_device(device)
     choice, cal = resolve_formats(spec, dev, home, target_weights, draft_weights, dtype, progress)
-    target_dtype = getattr(torch, choice.target_activations)
+    target_dtype = torch_dtype(choice.target_activations)
     target = load_model(spec.target, dev, target_dtype, home, choice.target_weights, choice.target_prefill_dense)
     load_draft = spec.draft is not None and (with_draft if with_draft is not None else choice.draft_model)
-    draft_dtype = getattr(torch, choice.draft_activations) if load_draft else None
+    draft_dtype = torch_dtype(choice.draft_activations) if load_draft else None
     draft = (load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights, choice.draft_prefill_dense)
              if load_draft else None)
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target.name, home))
@@ -292,7 +330,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
         env = os.environ.get("CODECUE_COMPILE")
         compile = spec.compile if env is None else env.lower() not in ("0", "false", "no", "off", "")
     compiled = False
-    if compile:
+    if compile and choice.target_weights != "llamacpp":
         from .compiled import DRAFT_WIDTHS, TARGET_WIDTHS, attach
 
         compiled = attach(target, TARGET_WIDTHS, home=home or codecue_home(), progress=progress, label="target")
@@ -301,6 +339,13 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
                       target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
                       draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice, compiled=compiled)
+
+
+def torch_dtype(activations: str):
+    """The dtype of what a model hands back: llama.cpp's logits are fp32."""
+    import torch
+
+    return torch.float32 if activations == "ggml" else getattr(torch, activations)
 
 
 def pass_costs_from(cal, choice):

@@ -29,8 +29,8 @@ GGUF_FORMATS = ("gguf", "int4")  # formats read from the GGUF file
 
 def canonical_format(name: str) -> str:
     name = FORMAT_ALIASES.get(name, name)
-    if name not in WEIGHT_FORMATS and name != "auto":
-        raise ValueError(f"unknown weight format {name!r} (known: {', '.join(WEIGHT_FORMATS)}, auto)")
+    if name not in WEIGHT_FORMATS + ("llamacpp", "auto"):
+        raise ValueError(f"unknown weight format {name!r} (known: {', '.join(WEIGHT_FORMATS)}, llamacpp, auto)")
     return name
 
 

@@ -89,6 +89,63 @@ def build_tiny_model(vocab_size: int, layers: int, seed: int, hidden: int = 64):
     return model
 
 
+def write_gguf(model, tokenizer, path: Path | str) -> Path:
+    """A transformers Qwen2 model (and its tokenizer) as an F32 GGUF that llama.cpp loads: the tensor names and
+    metadata of llama.cpp's own converter for qwen2 (no Q/K permutation: both use the NeoX rotary layout)."""
+    import json
+
+    import gguf
+    import numpy as np
+
+    config, path = model.config, Path(path)
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    bpe = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    tokens = [None] * len(tokenizer)
+    for text, i in {**bpe["vocab"], **{t.content: i for i, t in tokenizer.added_tokens_decoder.items()}}.items():
+        tokens[i] = text
+    special = set(tokenizer.added_tokens_decoder)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL
+                            for i in range(len(tokens))])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]])
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_bos_token_id(tokenizer.eos_token_id)
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    for name, tensor in model.state_dict().items():
+        array = tensor.detach().float().numpy().astype(np.float32)
+        if name == "model.embed_tokens.weight":
+            gguf_name = "token_embd.weight"
+        elif name == "model.norm.weight":
+            gguf_name = "output_norm.weight"
+        elif name == "lm_head.weight":
+            if config.tie_word_embeddings:
+                continue
+            gguf_name = "output.weight"
+        else:
+            _, _, layer, rest = name.split(".", 3)  # model.layers.N.<module>.<weight|bias>
+            module, kind = rest.rsplit(".", 1)
+            gguf_name = f"blk.{layer}.{names[module]}.{kind}"
+        writer.add_tensor(gguf_name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def build_tiny_pair(root: Path | str, seed: int = 0) -> tuple[Path, Path]:
     """Write the tiny pair under root/home and root/models.toml. Returns (home, toml_path)."""
     from .models import model_dir, write_ready_marker

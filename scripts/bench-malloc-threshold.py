@@ -6,7 +6,7 @@ Run each setting in its own process (glibc reads the variable at start); compare
 """
 import os, time, resource, torch
 from engine import Engine, load_pair
-from engine.kvcache import TrackedCache
+from engine.kvcache import cache_for
 pair = load_pair("default", with_draft=False)
 e = Engine(pair)
 text = open("engine/speculative.py").read()
@@ -15,7 +15,7 @@ print("prompt tokens", len(ids))
 pre, dec = [], []
 with torch.inference_mode():
     for rep in range(3):
-        c = TrackedCache(pair.target)
+        c = cache_for(pair.target)
         t = time.perf_counter(); c.extend_to(ids[:-1]); pre.append(time.perf_counter() - t)
         t = time.perf_counter()
         tok = ids[-1]

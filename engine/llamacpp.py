@@ -1,0 +1,305 @@
+"""llama.cpp's kernels behind CodeCue's own decode loop: weight format "llamacpp".
+
+The GGUF is loaded once by llama.cpp (through llama-cpp-python's C API, `llama_cpp.llama_cpp`); every session gets
+one sequence of a shared context, and `LlamaCppCache` gives the loop the same interface as `kvcache.TrackedCache`:
+`ids`, `forward(new_ids, logits)`, `truncate`, `reuse_prefix`, `extend_to`. So drafting, verification, the
+policy and cancellation run unchanged, on the kernels that make llama.cpp 2x faster than torch's int4 kernel here
+(docs/benchmarks.md). Lossless is relative to this format: the speculative output equals this model decoding alone.
+
+Cancel: llama.cpp asks an abort callback between graph nodes. A Python callback there would take the GIL hundreds
+of times per pass, so the callback is libc's `strlen` over a two-byte flag buffer (a C function that returns
+non-zero exactly when the first byte is set); a watcher thread sets that byte when the pass's `cancelled()` turns
+true. An aborted pass keeps the ubatches it finished: the sequence is cut back to `ids`.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .interrupt import PassCancelled
+from .kvcache import common_prefix_length
+
+log = logging.getLogger(__name__)
+
+PIP_REQUIREMENT = "llama-cpp-python==0.3.36"  # verified; vendors llama.cpp 0c1e57098 (shared/facts.md)
+N_CTX_PER_SEQUENCE = 4096  # prompts are budgeted well below this (codecue_lsp settings)
+N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, a one-off request, a benchmark's extra cache
+N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
+CANCEL_POLL_S = 0.002
+# Prefill chunk: as fast as any size here (94 tok/s for 64 vs 77-84 for 128-512 on 2 Zen 4 cores, 1.5B Q4_K_M),
+# and a cancel between chunks never waits long even where the abort callback is not reached.
+PREFILL_CHUNK = 64
+
+
+def available() -> bool:
+    """llama-cpp-python is installed and its library loads."""
+    try:
+        _lib()
+        return True
+    except (ImportError, OSError):
+        return False
+
+
+def _lib():
+    import llama_cpp.llama_cpp as lib  # the C API only: no high-level Llama object, no chat templates
+
+    return lib
+
+
+_backend_ready = False
+_backend_lock = threading.Lock()
+
+
+def _init_backend(lib) -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            _quiet_logs(lib)
+            lib.llama_backend_init()
+            _backend_ready = True
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def _log_callback(level, text, user_data):
+    # llama.cpp logs every tensor at load: keep warnings and errors (ggml_log_level 3-4; 5 continues a line).
+    if level in (3, 4) and text and text.strip():
+        log.warning("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+
+def _quiet_logs(lib) -> None:
+    lib.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+_strlen = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").strlen
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class LlamaCppModel:
+    """One GGUF in llama.cpp: the weights, a context whose sequences are the sessions' caches, one batch buffer."""
+
+    def __init__(self, path: Path | str, n_threads: int | None = None, n_ctx_per_sequence: int = N_CTX_PER_SEQUENCE,
+                 n_sequences: int = N_SEQUENCES, label: str = "model"):
+        lib = self.lib = _lib()
+        _init_backend(lib)
+        self.path, self.label = Path(path), label
+        params = lib.llama_model_default_params()
+        self.model = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self.model:
+            raise ValueError(f"llama.cpp could not load {self.path}")
+        self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
+        threads = n_threads or default_threads()
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = n_ctx_per_sequence * n_sequences
+        cparams.n_seq_max = n_sequences
+        cparams.kv_unified = False  # each sequence its own n_ctx_per_sequence cells: one session cannot starve another
+        cparams.n_batch = cparams.n_ubatch = N_BATCH
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._abort_flag = ctypes.create_string_buffer(2)
+        cparams.abort_callback = lib.ggml_abort_callback(ctypes.cast(_strlen, ctypes.c_void_p).value)
+        cparams.abort_callback_data = ctypes.cast(self._abort_flag, ctypes.c_void_p)
+        self._abort_callback = cparams.abort_callback  # keep the ctypes object alive as long as the context
+        self.ctx = lib.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            lib.llama_model_free(self.model)
+            raise ValueError(f"llama.cpp could not create a context for {self.path}")
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.capacity = lib.llama_n_ctx_seq(self.ctx)
+        self.batch = lib.llama_batch_init(N_BATCH, 0, 1)
+        self._free_sequences = list(range(n_sequences - 1, -1, -1))
+        self._sequences_lock = threading.Lock()
+        self._pass_cancelled = None
+        self._pass_running = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_cancel, name=f"codecue-llamacpp-{label}", daemon=True)
+        self._watcher.start()
+
+    # --- what the engine asks of a model -----------------------------------------------------------------------------
+    def new_cache(self) -> "LlamaCppCache":
+        return LlamaCppCache(self)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    # --- sequences -------------------------------------------------------------------------------------------------
+    def take_sequence(self) -> int:
+        with self._sequences_lock:
+            if not self._free_sequences:
+                raise RuntimeError(f"llama.cpp {self.label}: all {N_SEQUENCES} sequences are in use")
+            return self._free_sequences.pop()
+
+    def give_back_sequence(self, seq: int) -> None:
+        if getattr(self, "ctx", None) is None:
+            return
+        self.lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        with self._sequences_lock:
+            self._free_sequences.append(seq)
+
+    def remove_from(self, seq: int, position: int) -> None:
+        """Drop the sequence's keys and values at position and after."""
+        self.lib.llama_memory_seq_rm(self.memory, seq, position, -1)
+
+    # --- one pass --------------------------------------------------------------------------------------------------
+    def decode(self, seq: int, start: int, tokens: list[int], outputs: str, cancelled=None) -> np.ndarray | None:
+        """Run tokens at positions start.. of sequence seq. outputs: "all" | "last" | "none". Returns the logits
+        [outputs, vocab] (a copy), or None. Raises PassCancelled (the caller cuts the sequence back)."""
+        n = len(tokens)
+        if n > N_BATCH:
+            raise ValueError(f"llama.cpp pass of {n} tokens: at most {N_BATCH}")
+        b = self.batch
+        b.n_tokens = n
+        for i, token in enumerate(tokens):
+            b.token[i] = token
+            b.pos[i] = start + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = outputs == "all" or (outputs == "last" and i == n - 1)
+        while True:
+            status = self._run(b, cancelled)
+            if status != 2 or (cancelled is not None and cancelled()):
+                break
+            # Aborted although this pass was not cancelled: the watcher acted on the pass before it. Run it again.
+            self.remove_from(seq, start)
+        if status == 2:
+            raise PassCancelled
+        if status != 0:
+            raise RuntimeError(f"llama.cpp {self.label}: llama_decode returned {status} for {n} tokens at position "
+                               f"{start} (1: no room in the context of {self.capacity} tokens)")
+        if outputs == "none":
+            return None
+        rows = n if outputs == "all" else 1
+        logits = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ctx), shape=(rows, self.n_vocab))
+        return logits.copy()
+
+    def _run(self, batch, cancelled) -> int:
+        self._abort_flag[0] = b"\0"
+        self._pass_cancelled = cancelled
+        if cancelled is not None:
+            self._pass_running.set()
+        try:
+            return self.lib.llama_decode(self.ctx, batch)
+        finally:
+            self._pass_running.clear()
+            self._pass_cancelled = None
+
+    def _watch_cancel(self) -> None:
+        """While a pass runs, ask its cancelled() every 2 ms; set the abort byte when it turns true."""
+        while True:
+            self._pass_running.wait()
+            cancelled = self._pass_cancelled
+            if cancelled is not None and cancelled():
+                self._abort_flag[0] = b"\1"
+            time.sleep(CANCEL_POLL_S)
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None) is not None:
+            self.lib.llama_batch_free(self.batch)
+            self.lib.llama_free(self.ctx)
+            self.lib.llama_model_free(self.model)
+            self.ctx = None
+
+
+class LlamaCppCache:
+    """One session's keys and values: a sequence of the model's llama.cpp context, plus the token ids it holds."""
+
+    def __init__(self, model: LlamaCppModel):
+        self.model = model
+        self.seq = model.take_sequence()
+        self.ids: list[int] = []
+
+    def __del__(self):
+        seq, self.seq = getattr(self, "seq", None), None
+        if seq is not None:
+            self.model.give_back_sequence(seq)
+
+    def truncate(self, length: int) -> None:
+        if len(self.ids) > length:
+            self.model.remove_from(self.seq, length)
+            del self.ids[length:]
+
+    def forward(self, new_ids: list[int], logits: str = "all", cancelled=None) -> torch.Tensor | None:
+        """As TrackedCache.forward: logits "all" -> [len, vocab], "last" -> [1, vocab], "none" -> None (fp32)."""
+        if len(self.ids) + len(new_ids) > self.model.capacity:
+            raise RuntimeError(f"llama.cpp {self.model.label}: {len(self.ids) + len(new_ids)} tokens do not fit the "
+                               f"{self.model.capacity}-token context of a session")
+        out = None
+        try:
+            for start in range(0, len(new_ids), N_BATCH):
+                piece = new_ids[start:start + N_BATCH]
+                last_piece = start + N_BATCH >= len(new_ids)
+                wanted = logits if last_piece else ("none" if logits == "last" else logits)
+                rows = self.model.decode(self.seq, len(self.ids), piece, wanted, cancelled)
+                self.ids.extend(piece)
+                if rows is not None:
+                    out = rows if out is None else np.concatenate([out, rows])
+        except BaseException:
+            self.model.remove_from(self.seq, len(self.ids))  # an aborted pass keeps its finished ubatches
+            raise
+        return None if out is None else torch.from_numpy(out)
+
+    def reuse_prefix(self, ids: list[int]) -> int:
+        keep = common_prefix_length(self.ids, ids)
+        self.truncate(keep)
+        return keep
+
+    def extend_to(self, ids: list[int], chunk: int = PREFILL_CHUNK, cancelled=lambda: False) -> tuple[int, int]:
+        """As TrackedCache.extend_to, in chunks of PREFILL_CHUNK tokens."""
+        reused = self.reuse_prefix(ids)
+        for start in range(reused, len(ids), chunk):
+            if cancelled():
+                break
+            try:
+                self.forward(ids[start:start + chunk], logits="none", cancelled=cancelled)
+            except PassCancelled:
+                break
+        return reused, len(self.ids) - reused
+
+
+# --- calibration -----------------------------------------------------------------------------------------------------
+def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens: int = 256,
+            prefill_tokens: int = 256, reps: int = 3):
+    """This machine's pass costs for one GGUF in llama.cpp, as a calibrate.Measurement (weights "llamacpp",
+    activations "ggml": llama.cpp quantizes activations to match each weight type itself). Passes after a
+    context_tokens context, best of reps; prefill in the engine's chunk size."""
+    from .calibrate import Measurement
+
+    model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=1024, label=role)
+    try:
+        rng = np.random.default_rng(0)
+        tokens = rng.integers(100, min(model.n_vocab, 30_000), size=context_tokens + prefill_tokens + 32).tolist()
+        cache = LlamaCppCache(model)
+        cache.forward(tokens[:PREFILL_CHUNK], logits="none")  # warm-up: page the weights in
+        prefill_s = float("inf")
+        for _ in range(2):
+            cache.truncate(0)
+            started = time.perf_counter()
+            cache.extend_to(tokens[:prefill_tokens])
+            prefill_s = min(prefill_s, time.perf_counter() - started)
+        cache.extend_to(tokens[:context_tokens])
+        pass_ms = {}
+        for width in widths:
+            best = float("inf")
+            for _ in range(reps):
+                started = time.perf_counter()
+                cache.forward(tokens[context_tokens:context_tokens + width], logits="all")
+                best = min(best, time.perf_counter() - started)
+                cache.truncate(context_tokens)
+            pass_ms[width] = round(1000 * best, 2)
+        del cache
+    finally:
+        model.close()
+    return Measurement(role, "llamacpp", "ggml", pass_ms, round(prefill_tokens / prefill_s, 1))

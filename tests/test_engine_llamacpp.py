@@ -1,0 +1,209 @@
+"""Weight format "llamacpp": llama.cpp's kernels behind CodeCue's own loop (engine/llamacpp.py), on tiny random Qwen2
+models written as F32 GGUF files. Lossless is relative to this format: every drafter must give what the same
+llama.cpp model gives decoding alone."""
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pyproject pins it; `make venv`)")
+
+from engine import CancelToken, CompletionRequest, Engine  # noqa: E402
+from engine.calibrate import Calibration, Measurement, choose  # noqa: E402
+from engine.llamacpp import N_SEQUENCES, LlamaCppCache, LlamaCppModel  # noqa: E402
+from engine.models import FimTemplate, LoadedPair, ModelsError, ModelSpec, PairSpec, load_model  # noqa: E402
+from engine.testing import write_gguf  # noqa: E402
+from engine_helpers import STOP_IDS, random_prompt, tiny_model, tiny_tokenizer  # noqa: E402
+
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def gguf_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf")
+    return {"target": write_gguf(tiny_model(2, 0), tiny_tokenizer(), root / "target.gguf"),
+            "draft": write_gguf(tiny_model(1, 1), tiny_tokenizer(), root / "draft.gguf")}
+
+
+@pytest.fixture(scope="module")
+def models(gguf_files):
+    loaded = {role: LlamaCppModel(path, n_threads=1, n_ctx_per_sequence=1024, label=role)
+              for role, path in gguf_files.items()}
+    yield loaded
+    for model in loaded.values():
+        model.close()
+
+
+def llamacpp_engine(models, draft: str = "draft") -> Engine:
+    fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
+    spec = ModelSpec(name="tiny-target", family="tiny", fim=fim, stop_token_ids=STOP_IDS)
+    draft_model = {"draft": models["draft"], "same": models["target"], "none": None}[draft]
+    pair = LoadedPair(spec=PairSpec("tiny", spec, spec if draft_model else None), target=models["target"],
+                      draft=draft_model, tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
+                      target_weights="llamacpp", draft_weights="llamacpp" if draft_model else None)
+    return Engine(pair)
+
+
+def test_llamacpp_logits_match_transformers_on_the_same_weights(models):
+    """The GGUF writer and the backend agree with the model they came from (llama.cpp keeps K/V in f16)."""
+    ids = random_prompt(3)
+    cache = models["target"].new_cache()
+    ours = cache.forward(ids, logits="all")
+    with torch.inference_mode():
+        reference = tiny_model(2, 0)(input_ids=torch.tensor([ids])).logits[0]
+    assert ours.shape == reference.shape
+    assert (ours - reference).abs().max() < 0.02 * reference.abs().max()
+    assert torch.equal(ours.argmax(-1), reference.argmax(-1))
+
+
+def test_cache_continues_truncates_and_reuses_its_prefix(models):
+    ids = random_prompt(4)
+    whole = models["target"].new_cache().forward(ids, logits="all")
+    cache = models["target"].new_cache()
+    cache.forward(ids[:20], logits="none")
+    cache.forward(ids[20:30] + [9, 9, 9], logits="none")
+    cache.truncate(30)  # the three wrong tokens are gone
+    assert cache.ids == ids[:30]
+    assert cache.reuse_prefix(ids[:25] + [11, 12]) == 25 and cache.ids == ids[:25]
+    reused, computed = cache.extend_to(ids[:-1])
+    assert (reused, computed) == (25, len(ids) - 26)
+    last = cache.forward(ids[-1:], logits="all")
+    assert torch.allclose(last[0], whole[-1], atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def references(models):
+    """llama.cpp target-alone outputs: two plain and two self-repeating prompts that run MAX_NEW tokens, and one
+    that stops early (so the eos path is compared too)."""
+    engine = llamacpp_engine(models, "none")
+    picked, early = {}, None
+    for seed in range(1, 300):
+        for repeat in (False, True):
+            ref = engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW,
+                                                    drafter="none")).token_ids
+            if len(ref) == MAX_NEW and sum(r == repeat for key in picked if key != early for r in [key[1]]) < 2:
+                picked[(seed, repeat)] = ref
+            elif 3 <= len(ref) < MAX_NEW and early is None:
+                early = (seed, repeat)
+                picked[early] = ref
+        if len(picked) == 5:
+            return picked
+    raise AssertionError("no suitable prompts")
+
+
+def test_references_cover_long_runs_and_an_early_stop(references):
+    lengths = sorted(len(ref) for ref in references.values())
+    assert lengths[0] < MAX_NEW and lengths[1:] == [MAX_NEW] * 4
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("drafter,draft", [("draft", "draft"), ("draft", "same"), ("lookup", "none"),
+                                           ("hybrid", "draft")])
+def test_every_drafter_equals_llamacpp_target_alone(models, references, drafter, draft, k):
+    engine = llamacpp_engine(models, draft)
+    for (seed, repeat), ref in references.items():
+        result = engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, drafter=drafter,
+                                                   max_draft_tokens=k, adaptive_k=False))
+        assert result.token_ids == ref, (drafter, draft, k, seed, repeat)
+    if draft == "same":  # every draft right: the passes really verified several tokens at once
+        assert result.stats.accepted > 0 and result.stats.target_passes < len(result.token_ids)
+
+
+def test_auto_policy_and_sessions_equal_target_alone(models, references):
+    engine = llamacpp_engine(models, "draft")
+    for (seed, repeat), ref in references.items():
+        prompt = random_prompt(seed, repeat=repeat)
+        first = engine.complete(CompletionRequest(prompt, MAX_NEW, session="doc"))
+        again = engine.complete(CompletionRequest(prompt, MAX_NEW, session="doc"))  # the prefix comes from cache
+        assert first.token_ids == ref and again.token_ids == ref
+        assert again.stats.reused_prompt_tokens == len(prompt) - 1
+
+
+def test_cancel_stops_a_prefill_and_the_cache_stays_usable(models):
+    """A long prefill stops soon after the cancel (the abort byte is read between graph nodes); what was cached
+    stays exact, and the next request completes as a fresh one would."""
+    big = LlamaCppModel(models["target"].path, n_threads=1, n_ctx_per_sequence=4096, n_sequences=2, label="big")
+    try:
+        cache = big.new_cache()
+        prompt = random_prompt(7, length=3000)
+        cancel = CancelToken()
+        threading.Timer(0.05, cancel.set).start()
+        started = time.perf_counter()
+        reused, computed = cache.extend_to(prompt, cancelled=cancel.is_set)
+        stopped_after = time.perf_counter() - started
+        whole_s = time.perf_counter()
+        fresh = big.new_cache()
+        fresh.extend_to(prompt)
+        whole_s = time.perf_counter() - whole_s
+        assert reused == 0 and computed < len(prompt)
+        assert stopped_after < whole_s / 2, (stopped_after, whole_s)
+        assert cache.ids == prompt[:computed]
+        cache.extend_to(prompt)
+        assert torch.allclose(cache.forward([42], logits="all"), fresh.forward([42], logits="all"), atol=1e-3)
+    finally:
+        del cache, fresh
+        big.close()
+
+
+def test_a_cancelled_pass_raises_and_leaves_only_the_committed_ids(models):
+    from engine.interrupt import PassCancelled
+
+    cache = models["target"].new_cache()
+    cache.forward(random_prompt(8)[:10], logits="none")
+    with pytest.raises(PassCancelled):
+        cache.forward(random_prompt(8)[10:40], logits="all", cancelled=lambda: True)
+    assert cache.ids == random_prompt(8)[:10]
+
+
+def test_sequences_are_limited_and_given_back(models):
+    held = [models["draft"].new_cache() for _ in range(N_SEQUENCES)]
+    with pytest.raises(RuntimeError, match="sequences are in use"):
+        LlamaCppCache(models["draft"])
+    held.pop()
+    assert LlamaCppCache(models["draft"]).ids == []
+
+
+def test_missing_or_corrupt_gguf_names_the_command_that_fixes_it(tmp_path):
+    from engine.models import write_ready_marker
+
+    spec = ModelSpec(name="m", family="tiny", fim=None, stop_token_ids=(), gguf_file="m.gguf")
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    write_ready_marker("m", {}, tmp_path)
+    with pytest.raises(ModelsError, match="codecue-models fetch"):
+        load_model(spec, "cpu", torch.float32, tmp_path, "llamacpp")
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "m.gguf").write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelsError, match="codecue-models verify"):
+        load_model(spec, "cpu", torch.float32, tmp_path, "llamacpp")
+
+
+def measurement(weights, activations, one_token_ms, prefill_tok_s):
+    return Measurement("target", weights, activations, {w: one_token_ms * w for w in (1, 2, 4, 8, 16)}, prefill_tok_s)
+
+
+@pytest.mark.parametrize("llamacpp_ms,expected", [(30.0, "llamacpp"), (150.0, "gguf")])
+def test_the_calibration_picks_llamacpp_only_where_it_measured_faster(llamacpp_ms, expected):
+    cal = Calibration(key={}, measurements=[measurement("gguf", "bfloat16", 90.0, 100.0),
+                                            measurement("llamacpp", "ggml", llamacpp_ms, 100.0)])
+    choice = choose(cal, ("gguf", "llamacpp"), (), ("bfloat16", "float32"))
+    assert choice.target_weights == expected
+    # Not a candidate unless the format is: llamacpp is never chosen when the user named torch formats.
+    assert choose(cal, ("gguf",), (), ("bfloat16",)).target_weights == "gguf"
+
+
+def test_a_cached_table_gains_llamacpp_rows_once(gguf_files, tmp_path):
+    """calibration_for times the GGUF files in llama.cpp when the cached table has no such rows, saves them, and
+    does not time them again."""
+    from engine import calibrate
+
+    config = tiny_model(2, 0).config
+    key = calibrate.machine_key("cpu", config, None)
+    calibrate.save(tmp_path, Calibration(key=key, measurements=[measurement("gguf", "bfloat16", 90.0, 100.0)]))
+    cal = calibrate.calibration_for(tmp_path, config, None, gguf_files={"target": gguf_files["target"]})
+    rows = [m for m in cal.measurements if m.weights == "llamacpp"]
+    assert len(rows) == 1 and rows[0].role == "target" and rows[0].complete
+    assert rows[0].pass_ms[1] > 0 and rows[0].prefill_tok_s > 0
+    again = calibrate.load_cached(tmp_path, key)
+    assert [m.weights for m in again.measurements] == ["gguf", "llamacpp"]
+    assert not calibrate.add_llamacpp(again, {"target": gguf_files["target"]}, "cpu")  # already there
