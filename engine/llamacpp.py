@@ -8,8 +8,10 @@ policy and cancellation run unchanged, on the kernels that make llama.cpp 2x fas
 
 Cancel: llama.cpp asks an abort callback between graph nodes. A Python callback there would take the GIL hundreds
 of times per pass, so the callback is libc's `strlen` over a two-byte flag buffer (a C function that returns
-non-zero exactly when the first byte is set); a watcher thread sets that byte when the pass's `cancelled()` turns
-true. An aborted pass keeps the ubatches it finished: the sequence is cut back to `ids`.
+non-zero exactly when the first byte is set). The request's CancelToken sets that byte the moment it is set (a
+listener), so nothing polls: an extra runnable thread costs the two compute threads of a 2-core machine dearly. Other
+`cancelled` callables are asked before each pass only. An aborted pass keeps the ubatches it finished: the sequence
+is cut back to `ids`.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 from .interrupt import PassCancelled
+from .types import CancelToken
 from .kvcache import common_prefix_length
 
 log = logging.getLogger(__name__)
@@ -33,10 +36,9 @@ PIP_REQUIREMENT = "llama-cpp-python==0.3.36"  # verified; vendors llama.cpp 0c1e
 N_CTX_PER_SEQUENCE = 4096  # prompts are budgeted well below this (codecue_lsp settings)
 N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, a one-off request, a benchmark's extra cache
 N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
-CANCEL_POLL_S = 0.002
-# Prefill chunk: as fast as any size here (94 tok/s for 64 vs 77-84 for 128-512 on 2 Zen 4 cores, 1.5B Q4_K_M),
-# and a cancel between chunks never waits long even where the abort callback is not reached.
-PREFILL_CHUNK = 64
+# Prefill chunk: 64-512 tokens prefill within noise of each other on 2 Zen 4 cores (1.5B Q4_K_M, 65-94 tok/s, busy
+# machine); a cancel stops a chunk between graph nodes anyway, and between chunks a plain `cancelled()` is asked.
+PREFILL_CHUNK = 128
 
 
 def available() -> bool:
@@ -122,10 +124,8 @@ class LlamaCppModel:
         self.batch = lib.llama_batch_init(N_BATCH, 0, 1)
         self._free_sequences = list(range(n_sequences - 1, -1, -1))
         self._sequences_lock = threading.Lock()
-        self._pass_cancelled = None
-        self._pass_running = threading.Event()
-        self._watcher = threading.Thread(target=self._watch_cancel, name=f"codecue-llamacpp-{label}", daemon=True)
-        self._watcher.start()
+        self._pass_id = 0  # which pass an abort is for: a token set late must not stop the next request's pass
+        self._pass_lock = threading.Lock()
 
     # --- what the engine asks of a model -----------------------------------------------------------------------------
     def new_cache(self) -> "LlamaCppCache":
@@ -168,12 +168,7 @@ class LlamaCppModel:
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = seq
             b.logits[i] = outputs == "all" or (outputs == "last" and i == n - 1)
-        while True:
-            status = self._run(b, cancelled)
-            if status != 2 or (cancelled is not None and cancelled()):
-                break
-            # Aborted although this pass was not cancelled: the watcher acted on the pass before it. Run it again.
-            self.remove_from(seq, start)
+        status = self._run(b, cancelled)
         if status == 2:
             raise PassCancelled
         if status != 0:
@@ -186,24 +181,29 @@ class LlamaCppModel:
         return logits.copy()
 
     def _run(self, batch, cancelled) -> int:
-        self._abort_flag[0] = b"\0"
-        self._pass_cancelled = cancelled
-        if cancelled is not None:
-            self._pass_running.set()
+        if cancelled is not None and cancelled():
+            return 2
+        token = getattr(cancelled, "__self__", None)
+        listens = isinstance(token, CancelToken)
+        with self._pass_lock:
+            self._pass_id += 1
+            this_pass = self._pass_id
+            self._abort_flag[0] = b"\0"
+
+        def abort() -> None:
+            with self._pass_lock:
+                if self._pass_id == this_pass:
+                    self._abort_flag[0] = b"\1"
+
+        if listens:
+            token.add_listener(abort)
         try:
             return self.lib.llama_decode(self.ctx, batch)
         finally:
-            self._pass_running.clear()
-            self._pass_cancelled = None
-
-    def _watch_cancel(self) -> None:
-        """While a pass runs, ask its cancelled() every 2 ms; set the abort byte when it turns true."""
-        while True:
-            self._pass_running.wait()
-            cancelled = self._pass_cancelled
-            if cancelled is not None and cancelled():
-                self._abort_flag[0] = b"\1"
-            time.sleep(CANCEL_POLL_S)
+            with self._pass_lock:
+                self._pass_id += 1
+            if listens:
+                token.remove_listener(abort)
 
     def close(self) -> None:
         if getattr(self, "ctx", None) is not None:

@@ -16,12 +16,32 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
 
     def set(self) -> None:
-        self._event.set()
+        with self._lock:
+            self._event.set()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call listener when the token is set (at once if it already is): for code that cannot ask is_set() itself,
+        such as llama.cpp's compute threads (engine/llamacpp.py)."""
+        with self._lock:
+            self._listeners.append(listener)
+            already = self._event.is_set()
+        if already:
+            listener()
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
 
 @dataclass

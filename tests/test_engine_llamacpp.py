@@ -207,3 +207,27 @@ def test_a_cached_table_gains_llamacpp_rows_once(gguf_files, tmp_path):
     again = calibrate.load_cached(tmp_path, key)
     assert [m.weights for m in again.measurements] == ["gguf", "llamacpp"]
     assert not calibrate.add_llamacpp(again, {"target": gguf_files["target"]}, "cpu")  # already there
+
+
+def test_a_token_set_after_its_pass_does_not_stop_the_next_one(models):
+    """The abort byte belongs to one pass: a cancel that arrives after its request's pass ended (the usual race with
+    a keystroke) must not stop the next request's pass."""
+    cache = models["target"].new_cache()
+    old, new = CancelToken(), CancelToken()
+    cache.forward(random_prompt(9)[:10], logits="none", cancelled=old.is_set)
+    old.set()
+    assert cache.forward(random_prompt(9)[10:20], logits="all", cancelled=new.is_set).shape[0] == 10
+    assert cache.ids == random_prompt(9)[:20]
+
+
+def test_cancel_token_calls_its_listeners_once_set():
+    token, calls = CancelToken(), []
+    listener = lambda: calls.append("called")  # noqa: E731
+    token.add_listener(listener)
+    token.set()
+    assert calls == ["called"]
+    token.remove_listener(listener)
+    token.set()
+    late = []
+    token.add_listener(lambda: late.append("at once"))  # already set: called at once
+    assert calls == ["called"] and late == ["at once"]
