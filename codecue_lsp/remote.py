@@ -2,10 +2,12 @@
 
 It stands behind the same interface as completer.Completer (prepare / submit -> Future / finish), so the scheduler,
 type-through cache, post-processing and telemetry do not know which backend runs. A request:
-- prompt: the prompt builder's pieces rendered as one string with the FIM markers written out. The remote server
+- prompt: token ids when the pair's tokenizer.json is here (`codecue-models fetch`): user text encoded with
+  special-token strings split (`<|fim_prefix|>` typed in a file is ordinary text), each template marker as its one
+  special id, the ids the local engine would use (Engine.encode_prompt). /v1/completions takes `"prompt": [ids]`
+  (llama-server, vLLM). Without the tokenizer the prompt is one string with the markers written out; the server
   tokenizes it with special tokens on (which the markers need), so marker strings inside the user's own text also
-  become control tokens there: llama-server has no split-special option for /v1/completions. The local engine does
-  not have this problem (it encodes user text with split_special_tokens).
+  become control tokens there (llama-server has no split-special option), and a warning says so once.
 - streamed (SSE), temperature 0, max_tokens, stop = the template's markers; our own stop predicate (postprocess) is
   checked on the text so far and ends the stream early.
 - cancel (the CancelToken) closes the connection at once: checked between events and by a watcher thread that
@@ -28,6 +30,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import httpx
 
+from engine.prompt_ids import encode_pieces
 from engine.types import CancelToken, CompletionResult, CompletionStats
 
 from .config import Settings
@@ -44,6 +47,41 @@ CHARS_PER_TOKEN = 3.5
 def render_prompt(pieces: Sequence[tuple[str, str]]) -> str:
     """The pieces as one string, markers written out (the remote server turns them into special tokens)."""
     return "".join(value for _kind, value in pieces)
+
+
+class PromptEncoder:
+    """The pair's tokenizer.json (the `tokenizers` library: no torch, no transformers in the server process) giving
+    the prompt ids Engine.encode_prompt gives. engine/engine.py's method needs an Engine (torch, a loaded pair), so
+    its rule is mirrored here, and tests/test_remote_units.py checks both give the same ids on the same prompts."""
+
+    def __init__(self, tokenizer, markers: Sequence[str], name: str) -> None:
+        # Same as transformers' split_special_tokens=True: special-token strings in user text are ordinary text.
+        tokenizer.encode_special_tokens = True
+        self.tokenizer = tokenizer
+        self.lock = threading.Lock()  # a Rust tokenizer object must not be used from two threads at once
+        self.special = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()
+                        if token.special}
+        self.name = name
+        for marker in markers:  # a template the tokenizer cannot express is refused at load, as the engine does
+            if marker:
+                self.special_token_id(marker)
+
+    def encode(self, text: str) -> list[int]:
+        with self.lock:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def special_token_id(self, marker: str) -> int:
+        if marker not in self.special:
+            raise ValueError(f"prompt marker {marker!r} is not one special token of the {self.name} tokenizer: "
+                             f"fix the model's [fim] template in models.toml")
+        return self.special[marker]
+
+    def encode_prompt(self, pieces: Sequence[tuple[str, str]]) -> list[int]:
+        """The engine's rule (engine/prompt_ids.py), with this process's torch-free tokenizer."""
+        return encode_pieces(pieces, self.encode, self.special_token_id)
 
 
 def parse_sse(lines: Iterable[str]) -> Iterator[dict]:
@@ -87,7 +125,7 @@ class RetryPolicy:
 @dataclass
 class RemotePrepared:
     built: object  # prompt.BuiltPrompt
-    prompt: str
+    prompt: str | list[int]  # token ids when the tokenizer is here, else the string with markers written out
     max_tokens: int
     stop: Callable[[str], bool] | None
 
@@ -266,17 +304,19 @@ class RemoteCompleter:
     """completer.Completer's interface over a RemoteBackend: same prompt builder, same post-processing."""
 
     def __init__(self, backend: RemoteBackend, fim, count_tokens: Callable[[str], int],
-                 syntax: SyntaxCache | None = None) -> None:
+                 syntax: SyntaxCache | None = None, encoder: PromptEncoder | None = None) -> None:
         self.engine = backend  # the server reads `engine` for stats and closes it on shutdown
         self.fim = fim
         self.count_tokens = count_tokens
         self.syntax = syntax
+        self.encoder = encoder
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> RemotePrepared:
         built = build_prompt(doc, line, character_utf16, self.fim, self.count_tokens, other_docs=other_docs,
                              syntax=self.syntax)
-        return RemotePrepared(built=built, prompt=render_prompt(built.pieces), max_tokens=settings.max_tokens,
+        prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
+        return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
                               stop=make_stop_predicate(built))
 
     def submit(self, prepared: RemotePrepared, token: CancelToken) -> Future:
@@ -290,34 +330,45 @@ class RemoteCompleter:
         return self.finish(prepared, result), result
 
 
-def token_counter(model_name: str) -> tuple[Callable[[str], int], str]:
-    """Count tokens with the model's tokenizer.json when `codecue-models fetch` has it, else estimate by characters."""
+def fim_markers(fim) -> list[str]:
+    return [fim.prefix, fim.suffix, fim.middle, fim.file_sep or "", fim.repo_name or ""]
+
+
+def load_prompt_encoder(model_name: str, fim) -> PromptEncoder | None:
+    """The model's tokenizer.json when `codecue-models fetch` has put it here, else None."""
     from engine.models import model_dir
 
     path = model_dir(model_name) / "tokenizer.json"
-    if path.is_file():
-        from tokenizers import Tokenizer
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(path))
-        lock = threading.Lock()  # a Rust tokenizer object must not be used from two threads at once
+    return PromptEncoder(Tokenizer.from_file(str(path)), fim_markers(fim), model_name)
 
-        def count(text: str) -> int:
-            with lock:
-                return len(tokenizer.encode(text, add_special_tokens=False).ids)
-        return count, f"tokenizer {path}"
-    return (lambda text: int(len(text) / CHARS_PER_TOKEN) + 1), f"estimate ({CHARS_PER_TOKEN} characters per token)"
+
+def estimate_tokens(text: str) -> int:
+    return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
 def build_remote_completer(settings: Settings, syntax: SyntaxCache | None = None) -> RemoteCompleter:
-    """The pair's target family gives the FIM template (models.toml) and the tokenizer for budgets; no weights load."""
+    """The pair's target family gives the FIM template (models.toml) and the tokenizer for budgets and prompt ids;
+    no weights load. The served model must share that tokenizer (true within a family: Qwen2.5-Coder 0.5B..32B)."""
     from engine.models import load_config
 
     target = load_config().pair(settings.pair).target
     fim = target.fim
-    count, how = token_counter(target.name)
-    logger.info("remote engine %s: %s FIM template, prompt tokens counted by %s", settings.engine, fim.prefix, how)
+    encoder = load_prompt_encoder(target.name, fim)
+    if encoder is not None:
+        count = encoder.count_tokens
+        logger.info("remote engine %s: %s FIM template, prompt sent as token ids of the %s tokenizer",
+                    settings.engine, fim.prefix, target.name)
+    else:
+        count = estimate_tokens
+        logger.warning("remote engine %s: no tokenizer for %s here (`codecue-models fetch` puts it there), so the "
+                       "prompt goes as text and marker strings in user text (e.g. %s in a file) cannot be protected: "
+                       "the server reads them as control tokens; prompt tokens estimated at %s characters per token",
+                       settings.engine, target.name, fim.prefix, CHARS_PER_TOKEN)
     backend = RemoteBackend(settings.engine, model=settings.remote_model, api_key_env=settings.api_key_env,
                             connect_timeout_s=settings.remote_connect_timeout_s,
-                            read_timeout_s=settings.remote_read_timeout_s,
-                            stop=[fim.prefix, fim.suffix, fim.middle, fim.file_sep or "", fim.repo_name or ""])
-    return RemoteCompleter(backend, fim, count, syntax)
+                            read_timeout_s=settings.remote_read_timeout_s, stop=fim_markers(fim))
+    return RemoteCompleter(backend, fim, count, syntax, encoder)

@@ -15,6 +15,7 @@ from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
 from .kvcache import TrackedCache, cache_for, common_prefix_length
 from .models import LoadedPair
 from .policy import GainPolicy, PassCosts, SharedAcceptance
+from .prompt_ids import encode_pieces
 from .speculative import SpeculationController, generate
 from .suffix_index import SEPARATOR, SuffixIndex
 from .types import CancelToken, CompletionRequest, CompletionResult
@@ -81,19 +82,8 @@ class Engine:
 
     def encode_prompt(self, pieces) -> list[int]:
         """A prompt given as ("text", string) and ("special", marker) pieces, in order: text as in `encode`, each
-        marker as its one special token. Adjacent text pieces are encoded together, so the ids are those of the
-        same prompt written as one string with the markers recognised (a token may span two text pieces)."""
-        ids: list[int] = []
-        text = ""
-        for kind, value in pieces:
-            if kind == "text":
-                text += value
-            elif kind == "special":
-                ids += self.encode(text) + [self.special_token_id(value)]
-                text = ""
-            else:
-                raise ValueError(f"unknown prompt piece kind {kind!r} (\"text\" or \"special\")")
-        return ids + self.encode(text)
+        marker as its one special token (engine/prompt_ids.py)."""
+        return encode_pieces(pieces, self.encode, self.special_token_id)
 
     def encode_fim(self, prefix: str, suffix: str) -> list[int]:
         """The model's prefix-suffix-middle prompt around plain text."""

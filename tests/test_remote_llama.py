@@ -1,5 +1,6 @@
 """`codecue-lsp --stdio --engine http://127.0.0.1:PORT/v1` against a real llama-server (the draft GGUF, one thread):
-a real completion, and a cancel mid-stream that the engine sees (its slot stops before the generation is done).
+a real completion, one on a document that names every FIM marker (the prompt goes as token ids, so those strings stay
+text), and a cancel mid-stream that the engine sees (its slot stops before the generation is done).
 Needs the build of scripts/build-llama-cpp.sh: marked `remote`, run by `make test-remote` (never skipped: when the
 build is missing these tests fail)."""
 from __future__ import annotations
@@ -14,7 +15,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from codecue_lsp.prompt.text import split_cursor
 from lsp_helpers import change_doc, complete, items_of, open_doc, running_server, wait_for_stats
+from test_prompt_injection import EVERY_MARKER, FIB_WITH_MARKERS
 from test_remote_endpoints import free_port
 
 pytestmark = [pytest.mark.remote, pytest.mark.asyncio(loop_scope="module")]
@@ -73,6 +76,20 @@ async def test_real_completion_through_llama_server(llama, client):
     assert "fibonacci(n - 1)" in items[0].insert_text.replace("n-1", "n - 1")
     current = await wait_for_stats(client, lambda s: s["backend"]["healthy"] is True)
     assert current["backend"]["kind"] == "remote" and current["backend"]["last_error"] is None
+
+
+async def test_marker_strings_in_the_document_do_not_derail_the_engine(llama, client):
+    """The local engine's injection test (tests/test_prompt_injection.py) on the real engine: the same document, whose
+    comments and strings name every marker, still gets the next line of the function. Sent as text, those strings
+    would reach the model as control tokens (a second <|fim_prefix|>, an <|endoftext|> in the middle of the prefix)."""
+    uri = "file:///markers.py"
+    text, line, character = split_cursor(FIB_WITH_MARKERS)
+    assert EVERY_MARKER in text
+    open_doc(client, uri, text)
+    items = items_of(await complete(client, uri, line, character, timeout=HANG_GUARD_S))
+    assert items, "no completion from llama-server"
+    assert "fibonacci(n - 1)" in items[0].insert_text.replace("n-1", "n - 1"), items[0].insert_text
+    assert not any(marker in items[0].insert_text for marker in EVERY_MARKER.split())
 
 
 async def test_cancel_mid_stream_stops_the_engine_slot(llama, client):

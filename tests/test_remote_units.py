@@ -5,10 +5,15 @@ import json
 import logging
 
 import httpx
+import pytest
 
 from codecue_lsp.config import Settings
-from codecue_lsp.remote import RemoteBackend, RemotePrepared, RetryPolicy, parse_sse, render_prompt
+from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
+from codecue_lsp.prompt.text import split_cursor
+from codecue_lsp.remote import (PromptEncoder, RemoteBackend, RemoteCompleter, RemotePrepared, RetryPolicy,
+                                build_remote_completer, fim_markers, parse_sse, render_prompt)
 from engine.types import CancelToken
+from test_prompt_injection import CASES, FIB_WITH_MARKERS, MARKERS, _engine_for, specials_in
 
 
 def sse(*texts: str, finish: str = "stop") -> bytes:
@@ -142,3 +147,119 @@ def test_engine_setting():
     assert Settings().merged({"engine": "http://h:8080/v1/"}).engine == "http://h:8080/v1"
     assert Settings().merged({"engine": "ftp://h"}).engine == "local"  # invalid: ignored
     assert Settings().merged({"remoteModel": "x", "apiKeyEnv": "K", "remoteReadTimeoutS": 2}).remote_read_timeout_s == 2
+
+
+# --- the prompt as token ids (special-token injection) ---------------------------------------------------------------
+
+def tiny_engine_and_encoder():
+    """The tiny pair's tokenizer twice: as the local engine holds it, and as tokenizer.json would load it here."""
+    from tokenizers import Tokenizer
+
+    from engine import Engine
+    from engine_helpers import tiny_pair
+
+    engine = Engine(tiny_pair("none"))
+    copy = Tokenizer.from_str(engine.tokenizer.backend_tokenizer.to_str())  # the encoder sets a flag on its own copy
+    return engine, PromptEncoder(copy, fim_markers(engine.fim), "tiny-target")
+
+
+@pytest.fixture(scope="module", params=["tiny", "qwen2.5-coder"])
+def engine_and_encoder(request):
+    if request.param == "tiny":
+        engine, encoder = tiny_engine_and_encoder()
+    else:  # the real tokenizer.json, as build_remote_completer loads it, against the engine's transformers tokenizer
+        from tokenizers import Tokenizer
+        from transformers import AutoTokenizer
+
+        from engine.models import is_ready, load_config, model_dir
+        spec = load_config().pair("default").target
+        if not is_ready(spec.name):
+            pytest.skip("real models not fetched: run `codecue-models fetch`")
+        engine = _engine_for(AutoTokenizer.from_pretrained(model_dir(spec.name)), spec.fim, spec.name)
+        encoder = PromptEncoder(Tokenizer.from_file(str(model_dir(spec.name) / "tokenizer.json")),
+                                fim_markers(spec.fim), spec.name)
+    yield engine, encoder
+    engine.close()
+
+
+@pytest.mark.parametrize("case, marked, language, uri, others, needle, expected", CASES, ids=[c[0] for c in CASES])
+def test_remote_prompt_ids_equal_the_local_engines(engine_and_encoder, case, marked, language, uri, others, needle,
+                                                    expected):
+    engine, encoder = engine_and_encoder
+    text, line, character = split_cursor(marked)
+    prompt = build_prompt(OpenDocument(uri, language, text), line, character, engine.fim, encoder.count_tokens,
+                          other_docs=others, budget=PromptBudget(total=1024, suffix=128, context=256))
+    ids = encoder.encode_prompt(prompt.pieces)
+    assert ids == engine.encode_prompt(prompt.pieces)
+    assert specials_in(ids, engine.tokenizer) == expected  # the user's marker strings added no control token
+
+
+@pytest.mark.parametrize("marker", MARKERS)
+def test_remote_token_budget_counts_marker_strings_as_the_engine_does(engine_and_encoder, marker):
+    engine, encoder = engine_and_encoder
+    text = f"x = '{marker}'\n"
+    assert encoder.count_tokens(text) == engine.count_tokens(text) > 3
+
+
+def test_request_body_holds_token_ids_with_one_id_per_template_marker():
+    engine, encoder = tiny_engine_and_encoder()
+    bodies = []
+
+    def handler(request):
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, content=sse("return fibonacci(n - 1)"))
+
+    completer = RemoteCompleter(backend(handler), engine.fim, encoder.count_tokens, encoder=encoder)
+    text, line, character = split_cursor(FIB_WITH_MARKERS)
+    prepared = completer.prepare(OpenDocument("file:///w/fib.py", "python", text), line, character, Settings())
+    completer.complete(prepared)
+    engine.close()
+
+    prompt = bodies[0]["prompt"]
+    assert isinstance(prompt, list) and all(isinstance(i, int) for i in prompt)
+    assert prompt == engine.encode_prompt(prepared.built.pieces)
+    # Exactly the template's markers are control tokens; the document names all of them several times over.
+    assert specials_in(prompt, engine.tokenizer) == ["<|fim_prefix|>", "<|file_sep|>", "<|fim_suffix|>",
+                                                     "<|fim_middle|>"]
+    assert FIB_WITH_MARKERS.count("<|fim_prefix|>") >= 3
+    assert engine.tokenizer.decode(prompt, skip_special_tokens=False) == prepared.built.display
+
+
+def test_encoder_refuses_a_template_marker_that_is_not_one_special_token():
+    engine, encoder = tiny_engine_and_encoder()
+    engine.close()
+    with pytest.raises(ValueError, match="is not one special token of the tiny-target tokenizer"):
+        PromptEncoder(encoder.tokenizer, ["<|fim_prefix|>", "<PRE>"], "tiny-target")
+    with pytest.raises(ValueError, match="unknown prompt piece kind"):
+        encoder.encode_prompt([("marker", "<|fim_prefix|>")])
+
+
+def test_build_remote_completer_sends_ids_when_the_tokenizer_is_here(tiny_pair_env, monkeypatch, caplog):
+    for name, value in tiny_pair_env.items():
+        monkeypatch.setenv(name, value)
+    caplog.set_level(logging.INFO)
+    completer = build_remote_completer(Settings().merged({"pair": "tiny", "engine": "http://127.0.0.1:9/v1"}))
+    try:
+        text, line, character = split_cursor(FIB_WITH_MARKERS)
+        prepared = completer.prepare(OpenDocument("file:///w/fib.py", "python", text), line, character, Settings())
+        assert isinstance(prepared.prompt, list)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        completer.engine.close()
+
+
+def test_without_a_tokenizer_the_prompt_is_text_and_a_warning_says_so_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CODECUE_HOME", str(tmp_path))  # no models fetched here
+    monkeypatch.delenv("CODECUE_MODELS_TOML", raising=False)
+    caplog.set_level(logging.INFO)
+    completer = build_remote_completer(Settings().merged({"engine": "http://127.0.0.1:9/v1"}))
+    try:
+        text, line, character = split_cursor(FIB_WITH_MARKERS)
+        doc = OpenDocument("file:///w/fib.py", "python", text)
+        prompts = [completer.prepare(doc, line, character, Settings()).prompt for _ in range(3)]
+        assert all(isinstance(p, str) and p.startswith("<|fim_prefix|>") for p in prompts)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "cannot be protected" in warnings[0]
+        assert completer.count_tokens("x" * 35) == 11  # 3.5 characters per token, counted high
+    finally:
+        completer.engine.close()

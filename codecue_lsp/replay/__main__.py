@@ -7,6 +7,7 @@
   codecue-replay run TRACE.jsonl [--server "codecue-lsp --stdio"] [--speed 2 | --as-fast-as-possible]
                  [--compare "LABEL=EXTRA SERVER ARGS" ...] [--json REPORT.json] [--html REPORT.html]
                  [--sample-every 50] [--soak]
+  codecue-replay run TRACE.jsonl --clients 1,2,4 [--stagger 2] [--server ...] [--json R.json] [--html R.html]
 """
 from __future__ import annotations
 
@@ -65,12 +66,40 @@ def cmd_record(args) -> int:
     return record(command, args.out)
 
 
+def cmd_clients(args, events: list[dict], base: list[str]) -> int:
+    """Each client count in turn: N servers started from the same command, one simulated developer each."""
+    from .clients import (clients_report, clients_table, parse_client_counts, run_clients, summarize_clients,
+                          write_clients_html, write_clients_json)
+    from .runner import ServerConfig
+
+    if args.compare or args.soak:
+        raise ValueError("--clients runs one server command: leave out --compare and --soak")
+    if args.stagger < 0:
+        raise ValueError("--stagger must not be negative")
+    speed = None if args.as_fast_as_possible else args.speed
+    summaries = []
+    for clients in parse_client_counts(args.clients):
+        print(f"[{clients} clients] {shlex.join(base)}", file=sys.stderr)
+        run = run_clients(events, ServerConfig("server", base), clients, speed, args.stagger, args.tail_timeout,
+                          args.sample_every)
+        summaries.append(summarize_clients(run))
+    print(clients_table(summaries))
+    report = clients_report(summaries, args.trace, base, speed)
+    if args.json:
+        write_clients_json(args.json, report)
+    if args.html:
+        write_clients_html(args.html, report)
+    return 1 if any(s["server_errors"] for s in summaries) else 0
+
+
 def cmd_run(args) -> int:
     from .report import comparison_table, summarize, write_json
     from .runner import ServerConfig, default_server_command, run_trace
 
     events = read_trace(args.trace)
     base = shlex.split(args.server) if args.server else default_server_command()
+    if args.clients:
+        return cmd_clients(args, events, base)
     specs = args.compare or []
     configs = [ServerConfig.parse(spec, base) for spec in specs] or [ServerConfig("server", base)]
     speed = None if args.as_fast_as_possible else args.speed
@@ -156,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--soak", action="store_true",
                    help="print the soak verdict (RSS within 5 %% after the first 20 %% of requests, no structure "
                         "growing) and exit 1 when it fails")
+    p.add_argument("--clients", metavar="N[,N...]",
+                   help="N simulated developers at once, each its own server process (same command) and its own "
+                        "copies of the documents; a list (1,2,4) runs each count in turn (clients.py)")
+    p.add_argument("--stagger", type=float, default=2.0, metavar="S",
+                   help="with --clients: client k starts (k-1)*S seconds after the first")
     p.add_argument("--tail-timeout", type=float, default=60.0,
                    help="seconds to wait for answers still pending at the end (and per request without a clock)")
     p.set_defaults(func=cmd_run)

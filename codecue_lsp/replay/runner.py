@@ -130,8 +130,10 @@ class Replay:
     sleep = staticmethod(asyncio.sleep)
 
     def __init__(self, events: list[dict], config: ServerConfig, speed: float | None, tail_timeout: float,
-                 progress=None, load_timeout: float = 300.0, sample_every: int = 50):
+                 progress=None, load_timeout: float = 300.0, sample_every: int = 50, before_play=None):
         self.events, self.config, self.speed, self.load_timeout = events, config, speed, load_timeout
+        # An async callable awaited once the server is ready, before the first event (clients.py: a start line).
+        self.before_play = before_play
         self.sample_every = sample_every
         self.samples: list[dict] = []
         self.tail_timeout, self.progress = tail_timeout, progress
@@ -160,10 +162,13 @@ class Replay:
                 ready = await lsp.wait_until_ready(self.client, timeout=self.load_timeout)
                 if isinstance(ready, dict) and ready.get("load_error"):
                     raise RuntimeError(f"the server could not load its models: {ready['load_error']}")
+                if self.before_play is not None:
+                    await self.before_play()
                 started = time.perf_counter()
                 await self.play()
                 await self.drain()
                 result.wall_s = time.perf_counter() - started
+                result.extra["clock_s"] = self.now()  # the same span on the replay's clock (virtual in tests)
                 if self.sample_every > 0:
                     await self.sample()
                 result.server_stats = await lsp.server_stats(self.client)
