@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -69,11 +70,19 @@ def _init_backend(lib) -> None:
             _backend_ready = True
 
 
+# llama.cpp's own messages go to the debug log: it logs every tensor at load, and every cancelled pass as a failed
+# decode (expected here). Its last warnings and errors are kept to explain a file it refuses to load.
+_recent_problems: deque[str] = deque(maxlen=4)
+
+
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 def _log_callback(level, text, user_data):
-    # llama.cpp logs every tensor at load: keep warnings and errors (ggml_log_level 3-4; 5 continues a line).
-    if level in (3, 4) and text and text.strip():
-        log.warning("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+    if not text or not text.strip():
+        return
+    message = text.decode("utf-8", "replace").rstrip()
+    if level in (3, 4):  # ggml_log_level: 3 warn, 4 error (5 continues a line)
+        _recent_problems.append(message)
+    log.debug("llama.cpp: %s", message)
 
 
 def _quiet_logs(lib) -> None:
@@ -101,7 +110,7 @@ class LlamaCppModel:
         params = lib.llama_model_default_params()
         self.model = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.model:
-            raise ValueError(f"llama.cpp could not load {self.path}")
+            raise ValueError(f"llama.cpp could not load {self.path} ({'; '.join(_recent_problems) or 'no reason given'})")
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
         threads = n_threads or default_threads()
         cparams = lib.llama_context_default_params()
@@ -122,7 +131,8 @@ class LlamaCppModel:
         self.memory = lib.llama_get_memory(self.ctx)
         self.capacity = lib.llama_n_ctx_seq(self.ctx)
         self.batch = lib.llama_batch_init(N_BATCH, 0, 1)
-        self._free_sequences = list(range(n_sequences - 1, -1, -1))
+        self._all_sequences = list(range(n_sequences))
+        self._free_sequences = self._all_sequences[::-1]
         self._sequences_lock = threading.Lock()
         self._pass_id = 0  # which pass an abort is for: a token set late must not stop the next request's pass
         self._pass_lock = threading.Lock()
@@ -137,15 +147,16 @@ class LlamaCppModel:
 
     # --- sequences -------------------------------------------------------------------------------------------------
     def take_sequence(self) -> int:
+        """A free sequence, emptied here: on the thread that will run its passes (a context is not thread-safe)."""
         with self._sequences_lock:
             if not self._free_sequences:
-                raise RuntimeError(f"llama.cpp {self.label}: all {N_SEQUENCES} sequences are in use")
-            return self._free_sequences.pop()
+                raise RuntimeError(f"llama.cpp {self.label}: all {len(self._all_sequences)} sequences are in use")
+            seq = self._free_sequences.pop()
+        self.lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        return seq
 
     def give_back_sequence(self, seq: int) -> None:
-        if getattr(self, "ctx", None) is None:
-            return
-        self.lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        """Called from a cache's __del__, on whatever thread dropped it last: no llama.cpp call here."""
         with self._sequences_lock:
             self._free_sequences.append(seq)
 
