@@ -236,7 +236,8 @@ def bench_engine(args) -> dict:
             if n == 0:
                 print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
 
-    report = {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "pair": args.pair,
+    report = {"device": str(pair.device), "dtype": pair.activations, "target_weights": pair.target_weights,
+              "pair": args.pair,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "modes": {},
               "per_prompt": rows}
     for mode, t in totals.items():

@@ -68,7 +68,7 @@ def check(settings) -> int:
         return 2
     pair = completer.engine.pair
     print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, target {pair.target_weights} "
-          f"weights / {str(pair.dtype).replace('torch.', '')} activations, draft "
+          f"weights / {pair.activations} activations, draft "
           f"{pair.draft_weights or 'not loaded'})")
     if pair.calibration is not None:
         from engine.calibrate import format_table

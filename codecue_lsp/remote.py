@@ -334,16 +334,17 @@ def fim_markers(fim) -> list[str]:
     return [fim.prefix, fim.suffix, fim.middle, fim.file_sep or "", fim.repo_name or ""]
 
 
-def load_prompt_encoder(model_name: str, fim) -> PromptEncoder | None:
-    """The model's tokenizer.json when `codecue-models fetch` has put it here, else None."""
+def load_prompt_encoder(model, fim) -> PromptEncoder | None:
+    """The model's tokenizer.json when `codecue-models fetch` has put it here (or, for a models.toml entry with
+    `path`, in the user's own model directory), else None. model: a ModelSpec, or a name in the cache."""
     from engine.models import model_dir
 
-    path = model_dir(model_name) / "tokenizer.json"
+    path = model_dir(model) / "tokenizer.json"
     if not path.is_file():
         return None
     from tokenizers import Tokenizer
 
-    return PromptEncoder(Tokenizer.from_file(str(path)), fim_markers(fim), model_name)
+    return PromptEncoder(Tokenizer.from_file(str(path)), fim_markers(fim), getattr(model, "name", model))
 
 
 def estimate_tokens(text: str) -> int:
@@ -357,7 +358,7 @@ def build_remote_completer(settings: Settings, syntax: SyntaxCache | None = None
 
     target = load_config().pair(settings.pair).target
     fim = target.fim
-    encoder = load_prompt_encoder(target.name, fim)
+    encoder = load_prompt_encoder(target, fim)
     if encoder is not None:
         count = encoder.count_tokens
         logger.info("remote engine %s: %s FIM template, prompt sent as token ids of the %s tokenizer",

@@ -33,7 +33,7 @@ def main() -> int:
         return 1
     pair = engine.pair
     print(f"loaded in {time.perf_counter() - started:.1f}s on {pair.device}: target {pair.target_weights} weights, "
-          f"draft {pair.draft_weights or 'not loaded'}, {str(pair.dtype).replace('torch.', '')} activations "
+          f"draft {pair.draft_weights or 'not loaded'}, {pair.activations} activations "
           f"(chosen by this machine's calibration: `codecue-models list`)\n")
     engine.complete(CompletionRequest(engine.encode("def f():\n"), 4, drafter="auto"))  # warm-up
     all_identical = True

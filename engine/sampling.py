@@ -37,6 +37,16 @@ def accept_greedy(target_logits: torch.Tensor, drafted: list[int]) -> tuple[int,
     return n, choices[n]
 
 
+def to_width(q: torch.Tensor | None, width: int) -> torch.Tensor | None:
+    """The draft's distribution over the target's ids. Models of one family may pad their output layers to different
+    widths (Qwen2.5-Coder 7B: 152,064, 0.5B: 151,936); the ids past the draft's width are never drafted (q = 0)."""
+    if q is None or q.shape[-1] == width:
+        return q
+    if q.shape[-1] > width:
+        return q[..., :width]
+    return torch.nn.functional.pad(q, (0, width - q.shape[-1]))
+
+
 def accept_sampled(target_logits: torch.Tensor, drafted: list[int], draft_probs: list[torch.Tensor | None],
                    temperature: float, top_p: float, generator: torch.Generator | None) -> tuple[int, int]:
     """Accept draft x with probability min(1, p(x)/q(x)); at the first rejection sample from norm(max(0, p - q));
@@ -45,7 +55,7 @@ def accept_sampled(target_logits: torch.Tensor, drafted: list[int], draft_probs:
     p = warp(target_logits, temperature, top_p)
     for i, token in enumerate(drafted):
         p_i = p[i]
-        q_i = draft_probs[i]
+        q_i = to_width(draft_probs[i], p_i.shape[-1])
         q_x = 1.0 if q_i is None else float(q_i[token])
         p_x = float(p_i[token])
         u = float(torch.rand((), generator=generator))

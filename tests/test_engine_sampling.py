@@ -114,3 +114,16 @@ def test_warp_top_p_keeps_the_smallest_set_reaching_p():
     probs = warp(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), 1.0, 0.8)
     assert torch.allclose(probs, torch.tensor([0.5, 0.3, 0.0, 0.0]) / 0.8)
     assert torch.allclose(warp(torch.log(torch.tensor([0.9, 0.1])), 1.0, 0.5), torch.tensor([1.0, 0.0]))
+
+
+def test_a_draft_with_a_narrower_output_layer_is_padded_to_the_target():
+    """7B target (152,064 outputs) with the 0.5B draft (151,936): the ids only the target has get q = 0, so a
+    rejection samples them from the residual like any other id."""
+    from engine.sampling import accept_sampled
+
+    target_logits = torch.full((2, 10), -1e9)
+    target_logits[:, 9] = 0.0  # the target only ever says id 9, which the 8-wide draft cannot express
+    q = torch.zeros(8)
+    q[0] = 1.0
+    n, token = accept_sampled(target_logits, [0], [q], 1.0, 1.0, torch.Generator().manual_seed(0))
+    assert (n, token) == (0, 9)
