@@ -40,9 +40,10 @@ test: test-python test-editors
 test-python: models
 	$(BIN)/pytest -q -rs -m "not editor and not remote"
 
-# `codecue-lsp --engine URL` against a real llama-server: needs scripts/build-llama-cpp.sh's build (not in `make test`).
+# `codecue-lsp --engine URL` against a real llama-server, alone and from both editors: needs scripts/build-llama-cpp.sh's build (not in `make test`).
 test-remote: models
 	$(BIN)/pytest -q -rs -m remote tests/test_remote_llama.py
+	VENV=$(CURDIR)/$(VENV) bash editor-clients/test-remote.sh
 
 test-editors: $(STAMP)
 	VENV=$(CURDIR)/$(VENV) bash editor-clients/test.sh

@@ -7,6 +7,7 @@ editor-clients/testing/fake_server.py; the Lua buffer is checked against the rea
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -332,3 +333,159 @@ def test_restart_starts_a_fresh_server_and_reattaches_the_buffers(tmp_path):
         assert ed.wait_ghost()["text"] == FAKE
     finally:
         ed.close()
+
+
+# --- the README's packer and plain set-ups, in a Neovim started the way a user starts it ---------------------------
+# No `-u NONE`: Neovim reads $XDG_CONFIG_HOME/nvim/init.lua, loads start packages from $XDG_DATA_HOME/nvim/site/pack
+# and sources plugin/ files, as for a user. The README's snippets keep the default `cmd` ("codecue-lsp" on PATH):
+# a `codecue-lsp` first on PATH runs the fixed-answer server.
+
+def user_dirs(tmp_path: Path) -> dict[str, str]:
+    """XDG directories of a fresh user (so stdpath("config") / stdpath("data") are in tmp_path), and PATH with a
+    codecue-lsp that runs fake_server.py."""
+    bin_dir = tmp_path / "bin"
+    shim = write(bin_dir / "codecue-lsp", f"#!/bin/sh\nexport FAKE_COMPLETION='{FAKE}'\n"
+                                         f"exec '{sys.executable}' '{ROOT / 'editor-clients' / 'testing' / 'fake_server.py'}' \"$@\"\n")
+    shim.chmod(0o755)
+    env = {name: str(tmp_path / name.lower()) for name in
+           ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_DIRS"]}
+    for path in env.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    env["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+    return env
+
+
+def user_nvim(env: dict[str, str], args: tuple[str, ...] = ()) -> pynvim.Nvim:
+    """Neovim as the user starts it (their init.lua, their packages), embedded for RPC."""
+    argv = ["env", *(f"{k}={v}" for k, v in env.items()), nvim_binary(), "--embed", "--headless", "-i", "NONE", "-n",
+            *args]
+    return pynvim.attach("child", argv=argv)
+
+
+def quit_nvim(nvim: pynvim.Nvim) -> None:
+    try:
+        nvim.command("qa!")
+    except Exception:  # Neovim exits while answering; the pipe closing is the expected outcome
+        pass
+    nvim.close()
+
+
+def assert_suggests_and_accepts(nvim: pynvim.Nvim, tmp_path: Path) -> None:
+    ed = Editor.__new__(Editor)  # the polling helpers on this Neovim
+    ed.nvim = nvim
+    path = write(tmp_path / "project" / "x.py")
+    ed.open(path)
+    cmd = ed.lua("return require('codecue').client(0).config.cmd")
+    assert cmd == ["codecue-lsp", "--stdio"], cmd  # the default cmd, found on PATH
+    ed.type("ix = ")
+    assert ed.wait_ghost() == {"row": 0, "col": 4, "text": FAKE}
+    ed.type("<Tab><Esc>:w<CR>")
+    ed.wait_for(lambda: path.read_text() == "x = " + FAKE + "\n", "the accepted text in the saved file")
+    messages = nvim.api.exec2("messages", {"output": True})["output"]
+    assert "Error" not in messages, messages
+
+
+def packer_spec_from_readme() -> str:
+    readme = (ROOT / "editor-clients" / "README.md").read_text()
+    match = re.search(r"```lua\n(-- packer\.nvim.*?)```", readme, re.S)
+    assert match, "editor-clients/README.md has no ```lua block starting with '-- packer.nvim'"
+    return match.group(1)
+
+
+# What packer.nvim does with a spec, from its source (wbthomason/packer.nvim, lua/packer.lua, lua/packer/util.lua,
+# lua/packer/plugin_types/local.lua, lua/packer/compile.lua):
+# - the name is `as`, else the last part of the path (util.get_plugin_short_name);
+# - a start plugin's install_path is <package_root>/packer/start/<name>, package_root = stdpath("data")/site/pack;
+# - a local directory is installed as a symlink to its real path (plugin_types/local.lua);
+# - `:PackerCompile` writes stdpath("config")/plugin/packer_compiled.lua, where each `config` function is
+#   string.dump(config, true) bytecode run at start-up by try_loadstring(bytecode, "config", name), which calls it
+#   as f(name, packer_plugins[name]) inside pcall and reports errors with vim.api.nvim_notify.
+PACKER_SYNC_AND_COMPILE = r"""
+local snippet, plugin = ...
+local specs = {}
+local use = function(spec) table.insert(specs, spec) end
+assert(load(snippet, "README packer snippet", "t", setmetatable({ use = use }, { __index = _G })))()
+assert(#specs == 1, "one use{} in the snippet")
+local spec = specs[1]
+spec[1] = spec[1]:gsub("^/path/to/codecue/editor%-clients/nvim", plugin)
+local segments = vim.split(vim.fn.expand(spec[1]), "/")
+local name = spec.as or segments[#segments]
+local install_path = vim.fs.joinpath(vim.fn.stdpath("data"), "site", "pack", "packer", "start", name)
+vim.fn.mkdir(vim.fs.dirname(install_path), "p")
+assert(vim.uv.fs_symlink(vim.uv.fs_realpath(spec[1]), install_path, { dir = true }))
+local lines = {
+  "_G.packer_plugins = " .. vim.inspect({ [name] = { loaded = true, path = install_path, url = spec[1] } }),
+  [[
+local function try_loadstring(s, component, name)
+  local success, result = pcall(loadstring(s), name, _G.packer_plugins[name])
+  if not success then
+    vim.schedule(function()
+      vim.api.nvim_notify('packer.nvim: Error running ' .. component .. ' for ' .. name .. ': ' .. result, vim.log.levels.ERROR, {})
+    end)
+  end
+  return result
+end
+]],
+  "-- Config for: " .. name,
+  "try_loadstring(" .. vim.inspect(string.dump(spec.config, true)) .. ', "config", "' .. name .. '")',
+}
+local compiled = vim.fs.joinpath(vim.fn.stdpath("config"), "plugin", "packer_compiled.lua")
+vim.fn.mkdir(vim.fs.dirname(compiled), "p")
+local file = assert(io.open(compiled, "w"))
+file:write(table.concat(lines, "\n"), "\n")
+file:close()
+return { name = name, install_path = install_path, compiled = compiled }
+"""
+
+
+def test_the_readme_packer_spec_installs_as_a_start_plugin_and_its_config_sets_up(tmp_path):
+    env = user_dirs(tmp_path)
+    sync = user_nvim(env, ("-u", "NONE"))  # :PackerSync + :PackerCompile, done as packer does them
+    try:
+        packer = sync.exec_lua(PACKER_SYNC_AND_COMPILE, packer_spec_from_readme(), str(PLUGIN))
+    finally:
+        quit_nvim(sync)
+    assert packer["name"] == "codecue"
+    assert packer["install_path"] == f"{env['XDG_DATA_HOME']}/nvim/site/pack/packer/start/codecue"
+    assert Path(packer["install_path"]).resolve() == PLUGIN.resolve()
+    # The user's init.lua holds require("packer").startup(...), which only records the specs at start-up (packer
+    # itself is not installed here); what runs the config is plugin/packer_compiled.lua.
+    write(Path(env["XDG_CONFIG_HOME"]) / "nvim" / "init.lua", "-- require('packer').startup(function(use) ... end)\n")
+    nvim = user_nvim(env)
+    try:
+        found = nvim.exec_lua("return vim.api.nvim_get_runtime_file('lua/codecue/init.lua', true)")
+        assert found == [f"{packer['install_path']}/lua/codecue/init.lua"], found
+        assert nvim.exec_lua("return vim.g.loaded_codecue and require('codecue').config ~= nil")  # config() ran
+        assert nvim.exec_lua("return vim.fn.exists(':CodeCueStatus') == 2")
+        assert_suggests_and_accepts(nvim, tmp_path)
+    finally:
+        quit_nvim(nvim)
+
+
+def readme_plain_setup() -> tuple[str, str]:
+    readme = (ROOT / "editor-clients" / "README.md").read_text()
+    match = re.search(r"Without a plugin manager: `(vim\.opt\.runtimepath:append\([^`]*\))`.*?then `([^`]*setup[^`]*)`"
+                      r" in `init\.lua`", readme, re.S)
+    assert match, "editor-clients/README.md: the 'Without a plugin manager' sentence changed"
+    return match.group(1).replace("/path/to/codecue/editor-clients/nvim", str(PLUGIN)), match.group(2)
+
+
+@pytest.mark.parametrize("how", ["runtimepath", "pack-symlink"])
+def test_the_readme_plain_setup_without_a_plugin_manager(tmp_path, how):
+    env = user_dirs(tmp_path)
+    append, setup = readme_plain_setup()
+    assert setup == 'require("codecue").setup({})'
+    init = [setup]
+    if how == "runtimepath":
+        init.insert(0, append)
+    else:  # "or symlink it into ~/.local/share/nvim/site/pack/codecue/start/codecue"
+        link = Path(env["XDG_DATA_HOME"]) / "nvim" / "site" / "pack" / "codecue" / "start" / "codecue"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(PLUGIN, target_is_directory=True)
+    write(Path(env["XDG_CONFIG_HOME"]) / "nvim" / "init.lua", "\n".join(init) + "\n")
+    nvim = user_nvim(env)
+    try:
+        assert nvim.exec_lua("return vim.g.loaded_codecue") is True  # plugin/codecue.lua sourced at start-up
+        assert_suggests_and_accepts(nvim, tmp_path)
+    finally:
+        quit_nvim(nvim)

@@ -96,7 +96,7 @@ def main() -> None:
             wait_for(socket.exists, "Neovim", 30)
             nvim = pynvim.attach("socket", path=str(socket))
             stats = "return (require('codecue').server_stats(0, 5000) or {}).ready"
-            wait_for(lambda: nvim.exec_lua(stats), "the model to load", 180)
+            wait_for(lambda: nvim.exec_lua(stats), "the model to load", 900)  # a first load may calibrate
             tmux("send-keys", "-t", name, "G", "o")
             tmux("send-keys", "-t", name, "-l", args.typed)
             ghost = wait_for(lambda: nvim.exec_lua("return require('codecue.ghost').read(0)"), "ghost text", 60)

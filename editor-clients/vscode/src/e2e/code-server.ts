@@ -9,27 +9,21 @@
 // Env: CODE_SERVER_DIR (node_modules/code-server), CODECUE_PYTHON, CHROMIUM, CODECUE_ARTIFACTS (screenshot dir),
 // CODECUE_E2E_PAIR (default "tiny"; "default" uses the real models from `codecue-models fetch`, for docs/vscode.png).
 import { strict as assert } from 'node:assert';
-import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
-import { basename, join, resolve } from 'node:path';
-import { chromium, Page } from 'playwright-core';
+import { basename, join } from 'node:path';
+import {
+  CodeServer, EXTENSION_DIR, logger, openFile, PYTHON, quietEditorSettings, readyItem, REPO, runCommand,
+  startCodeServer, waitFor,
+} from './harness';
 
-const EXTENSION_DIR = resolve(__dirname, '..', '..');
-const REPO = resolve(EXTENSION_DIR, '..', '..');
-const CODE_SERVER = process.env.CODE_SERVER_DIR
-  ?? join(homedir(), '.cache', 'codecue-editor-tests', 'code-server-4.100.3', 'node_modules', 'code-server');
-const PYTHON = process.env.CODECUE_PYTHON ?? join(REPO, '.venv', 'bin', 'python');
 const ARTIFACTS = process.env.CODECUE_ARTIFACTS ?? join(EXTENSION_DIR, 'test-artifacts');
-const ENTRY = join(CODE_SERVER, 'out', 'node', 'entry.js');
 const PORT = 18000 + (process.pid % 1000);
 const PAIR = process.env.CODECUE_E2E_PAIR ?? 'tiny';
 const ORIGINAL = 'def fibonacci(n):\n    if n <= 1:\n        return n';
 const TYPED = process.env.CODECUE_E2E_TYPED ?? (PAIR === 'tiny' ? 'return n' : 'return fib');
-
-function log(message: string): void {
-  console.log(`[code-server e2e] ${message}`);
-}
+const log = logger('code-server e2e');
 
 /** A codecue-lsp in the home folder, as `pip install --user` or a venv there gives: it runs the repository's server
  * and writes its process id next to itself, so the test can kill it. Returns the "~/..." setting. */
@@ -51,65 +45,8 @@ function userSettings(pairDir: string, serverLog: string, serverPath: string): R
     'codecue.server.env': { PYTHONPATH: REPO, ...(PAIR === 'tiny' ? tinyPair : {}) },
     'codecue.pair': PAIR,
     'codecue.maxTokens': PAIR === 'tiny' ? 12 : 48,
-    // Keep the word-based suggest widget away: Tab must go to the inline suggestion.
-    'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
-    'editor.suggestOnTriggerCharacters': false,
-    'editor.wordBasedSuggestions': 'off',
-    'editor.autoClosingBrackets': 'never',
-    'editor.autoClosingQuotes': 'never',
-    'editor.inlineSuggest.enabled': true,
-    'editor.minimap.enabled': false,
-    'workbench.startupEditor': 'none',
-    'workbench.tips.enabled': false,
-    'security.workspace.trust.enabled': false,
-    'telemetry.telemetryLevel': 'off',
-    'extensions.ignoreRecommendations': true,
-    'update.mode': 'none',
-    'window.commandCenter': false,
-    'chat.commandCenter.enabled': false,
-    'workbench.secondarySideBar.defaultVisibility': 'hidden',
+    ...quietEditorSettings(),
   };
-}
-
-async function waitForHttp(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      const res = await fetch(url);
-      if (res.ok) return;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error(`code-server did not answer ${url}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
-async function openFile(page: Page, name: string): Promise<void> {
-  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
-  await page.keyboard.press('Control+P');
-  await page.locator('.quick-input-widget input').waitFor();
-  await page.keyboard.type(name);
-  await page.locator(`.quick-input-list .monaco-list-row[aria-label*="${name}"]`).first().waitFor();
-  await page.keyboard.press('Enter');
-  await page.locator('.monaco-editor .view-lines').first().waitFor();
-}
-
-async function waitFor(what: string, ok: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function runCommand(page: Page, title: string): Promise<void> {
-  await page.keyboard.press('F1');
-  await page.locator('.quick-input-widget input').waitFor();
-  await page.keyboard.type(title);
-  await page.locator(`.quick-input-list .monaco-list-row[aria-label*="${title}"]`).first().waitFor();
-  await page.keyboard.press('Enter');
-  await page.locator('.quick-input-widget').waitFor({ state: 'hidden' });
 }
 
 async function run(): Promise<void> {
@@ -117,17 +54,13 @@ async function run(): Promise<void> {
   const home = mkdtempSync(join(homedir(), '.codecue-e2e-'));
   const pidFile = join(home, 'server.pid');
   const pairDir = join(work, 'pair');
-  const userData = join(work, 'user-data');
-  const extensions = join(work, 'extensions');
   const project = join(work, 'project');
   const file = join(project, 'example.py');
   const serverLog = join(work, 'server.log');
-  mkdirSync(join(userData, 'User'), { recursive: true });
   mkdirSync(project);
   mkdirSync(ARTIFACTS, { recursive: true });
   writeFileSync(file, ORIGINAL);
-  let server: ChildProcess | undefined;
-  let browser: Awaited<ReturnType<typeof chromium.launch>> | undefined;
+  let editor: CodeServer | undefined;
   try {
     if (PAIR === 'tiny') {
       log('building the tiny model pair');
@@ -135,28 +68,13 @@ async function run(): Promise<void> {
     }
     const serverPath = serverInHome(home);
     log(`codecue.server.path: ${serverPath}`);
-    writeFileSync(join(userData, 'User', 'settings.json'), JSON.stringify(userSettings(pairDir, serverLog, serverPath), null, 2));
-
-    log('installing codecue.vsix');
-    const dirs = ['--user-data-dir', userData, '--extensions-dir', extensions];
-    execFileSync('node', [ENTRY, ...dirs, '--install-extension', join(EXTENSION_DIR, 'codecue.vsix')], { stdio: 'inherit' });
-
-    log(`starting code-server on 127.0.0.1:${PORT}`);
-    server = spawn('node', [ENTRY, ...dirs, '--auth', 'none', '--bind-addr', `127.0.0.1:${PORT}`,
-      '--disable-telemetry', '--disable-update-check', '--disable-workspace-trust', project],
-      { detached: true, stdio: ['ignore', 'ignore', 'inherit'] }); // own process group: killed as a whole below
-    await waitForHttp(`http://127.0.0.1:${PORT}/healthz`, 60_000);
-
-    browser = await chromium.launch({
-      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync'],
+    editor = await startCodeServer({
+      work, project, settings: userSettings(pairDir, serverLog, serverPath), port: PORT, log,
     });
-    const page = await browser.newPage({ viewport: { width: 1100, height: 560 } });
-    await page.goto(`http://127.0.0.1:${PORT}/?folder=${encodeURIComponent(project)}`);
+    const { page } = editor;
     await openFile(page, 'example.py');
     log('waiting for CodeCue to be ready (status bar)');
-    const ready = page.locator('.statusbar-item:has-text("CodeCue")').filter({ has: page.locator('.codicon-check') });
+    const ready = readyItem(page);
     await ready.waitFor({ timeout: 120_000 });
 
     log('typing');
@@ -258,14 +176,7 @@ async function run(): Promise<void> {
     log('PASS: ~ server path, trigger command, one show per suggestion, accept word + Tab, restart after a crash, '
       + 'restart command');
   } finally {
-    await browser?.close();
-    if (server?.pid) {
-      try {
-        process.kill(-server.pid, 'SIGTERM');
-      } catch {
-        // already gone
-      }
-    }
+    await editor?.stop();
     rmSync(work, { recursive: true, force: true });
     rmSync(home, { recursive: true, force: true });
   }
