@@ -166,8 +166,10 @@ def test_a_keystroke_stops_the_generation_in_llama_server(llama, primes):
         wait_for(lambda: not ((s := llama.slot())["is_processing"] and s["id_task"] == task),
                  f"llama-server to stop task {task} after the keystroke")
         assert cancelled_in_log(llama, task), f"task {task} ended without a cancel:\n{llama.log_tail()}"
-        stats = ed.wait_for(lambda: (s := ed.server_stats())["cancelled"] >= 1 and s,
-                            "the server to count the cancelled request")
+        # Stopped by the keystroke: the server counts it "cancelled" ($/cancelRequest arrived first) or "superseded"
+        # (the next request for the document arrived first); on a busy machine either may win.
+        stats = ed.wait_for(lambda: (s := ed.server_stats())["cancelled"] + s["superseded"] >= 1 and s,
+                            "the server to count the stopped request")
         assert stats["errors"] == 0, stats
         assert ed.client_stats()["cancelled"] >= 1
         wait_for(lambda: not llama.slot()["is_processing"], "the slot to go idle")
