@@ -43,7 +43,9 @@ def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, 
                                                max_draft_tokens=k))
     seconds = time.perf_counter() - started
     s = result.stats
-    return Run(result.token_ids, seconds, s.seconds_prefill, seconds - s.seconds_prefill, len(result.token_ids), s)
+    # Decode = the passes after the first token, counted as llama.cpp counts its own (see run_llama).
+    return Run(result.token_ids, seconds, s.seconds_prefill, s.seconds_total - s.seconds_first_token,
+               s.produced - s.first_pass_tokens, s)
 
 
 def run_hf_assisted(pair, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]) -> Run:
@@ -63,9 +65,10 @@ def run_hf_assisted(pair, prompt_ids: list[int], max_new_tokens: int, stop_ids: 
 
 def run_llama(client, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]) -> Run:
     answer = llama_cpp.complete(client, prompt_ids, max_new_tokens, set(stop_ids))
-    # Its own timings: prompt_ms is prefill (cache misses only), predicted_ms the decode of predicted_n tokens.
+    # Its own timings: prompt_ms is the prefill (cache misses only) up to the first token, which comes with the
+    # prompt's last batch; predicted_ms times the predicted_n - 1 passes after it (a stop token included in n).
     return Run(answer.token_ids, answer.seconds, answer.prompt_ms / 1000, answer.predicted_ms / 1000,
-               answer.predicted_n, prompt_evaluated=answer.prompt_n)
+               max(answer.predicted_n - 1, 0), prompt_evaluated=answer.prompt_n)
 
 
 def pick_modes(args, pair) -> list[str]:

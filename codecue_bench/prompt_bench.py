@@ -1,33 +1,46 @@
-"""`codecue-bench prompt`: line exact match against the suffix budget, through the real prompt builder.
+"""`codecue-bench prompt`: line exact match against the suffix budget and where the middle starts, through the
+real prompt builder.
 
 Each HumanEval problem becomes a whole file (prompt + canonical solution + tests); one line of the solution is
-removed and the cursor put after its indentation, as an editor's auto-indent leaves it. The server's own
-build_prompt + post-processing make the completion; its first line is compared with the removed line. Every
-suffix budget runs on the same holes in one process. Greedy decoding, so each budget's result is deterministic.
+removed and the cursor put after its indentation, as an editor's auto-indent leaves it (`--cursor typed`: after
+the line's first word too, as if the user had typed it). The server's own build_prompt + post-processing make the
+completion; the typed part plus its first line is compared with the removed line. Every suffix budget and middle
+split (`--middle-from line,cursor`) runs on the same holes in one process. Greedy, so each result is deterministic.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 
+FIRST_WORD = re.compile(r"\s*[\w.]+\W?")
 
-def holes(count: int) -> list[tuple[str, str, int, int, str]]:
-    """(name, document text with the line removed, line, character, removed line's code)."""
+
+def holes(count: int, cursor: str = "indent") -> list[tuple[str, str, int, int, str]]:
+    """(name, document text with the line removed but what is typed of it, line, character, removed line's code).
+    cursor: "indent" (only the indentation typed) or "typed" (the first word too, where the line has more)."""
     from .prompts import middle_line_holes
 
+    if cursor not in ("indent", "typed"):
+        raise ValueError(f"--cursor must be indent or typed, not {cursor!r}")
     out = []
     for i, problem, solution, j in middle_line_holes(count):
-        indent = solution[j][: len(solution[j]) - len(solution[j].lstrip())]
-        before = problem["prompt"] + "".join(solution[:j]) + indent
+        code = solution[j].rstrip("\n")
+        typed = code[: len(code) - len(code.lstrip())]
+        word = FIRST_WORD.match(code)
+        if cursor == "typed" and word and word.end() < len(code.rstrip()):
+            typed = code[: word.end()]
+        before = problem["prompt"] + "".join(solution[:j]) + typed
         after = "\n" + "".join(solution[j + 1:]) + "\n\n" + problem["test"]
         line = before.count("\n")
-        out.append((f"HumanEval/{i}", before + after, line, len(indent), solution[j].strip()))
+        out.append((f"HumanEval/{i}", before + after, line, len(typed), code.strip()))
     return out
 
 
-def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_weights: str | None = None) -> dict:
+def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_weights: str | None = None,
+        cursor: str = "indent", splits: tuple[str, ...] = ("cursor",)) -> dict:
     from engine.engine import Engine
     from engine.models import load_pair
     from engine.types import CompletionRequest
@@ -37,27 +50,29 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
 
     # A target format asked for by name loads without the draft: quality is the target's alone (lookup drafts only).
     engine = Engine(load_pair(pair, target_weights=target_weights, with_draft=False if target_weights else None))
-    cases = holes(count)
-    results = {b: {"exact": 0, "prompt_tokens": 0, "seconds": 0.0} for b in budgets}
+    cases = holes(count, cursor)
+    results = {(s, b): {"exact": 0, "prompt_tokens": 0, "seconds": 0.0} for s in splits for b in budgets}
     for name, text, line, character, truth in cases:
         doc = OpenDocument(f"file:///bench/{name.replace('/', '_')}.py", "python", text)
-        for budget in budgets:
+        typed = text.split("\n")[line][:character]
+        for split, budget in results:
             built = build_prompt(doc, line, character, engine.fim, engine.count_tokens,
-                                 budget=PromptBudget(suffix=budget))
+                                 budget=PromptBudget(suffix=budget), middle_from=split)
             ids = engine.encode_prompt(built.pieces)
             started = time.perf_counter()
             result = engine.complete(CompletionRequest(ids, max_new_tokens, stop=make_stop_predicate(built),
                                                        drafter="hybrid"))
-            first_line = postprocess(result.text, built).split("\n", 1)[0].strip()
-            r = results[budget]
+            first_line = postprocess(result.text, built).split("\n", 1)[0]
+            r = results[split, budget]
             r["seconds"] += time.perf_counter() - started
             r["prompt_tokens"] += len(ids)
-            r["exact"] += first_line == truth
+            r["exact"] += (typed + first_line).strip() == truth
         print(f"{name}: {truth!r}", file=sys.stderr, flush=True)
     engine.close()
-    return {"pair": pair, "target_weights": engine.pair.target_weights, "holes": len(cases), "budgets": {
-        str(b): {"line_exact_match": r["exact"] / len(cases), "mean_prompt_tokens": r["prompt_tokens"] / len(cases),
-                 "mean_seconds": r["seconds"] / len(cases)} for b, r in results.items()}}
+    return {"pair": pair, "target_weights": engine.pair.target_weights, "holes": len(cases), "cursor": cursor,
+            "runs": [{"middle_from": s, "suffix_budget": b, "line_exact_match": r["exact"] / len(cases),
+                      "mean_prompt_tokens": r["prompt_tokens"] / len(cases), "mean_seconds": r["seconds"] / len(cases)}
+                     for (s, b), r in results.items()]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,16 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--target-weights", help="comma-separated target formats to compare on the same holes, "
                                                  "e.g. gguf,dense (default: the calibrated choice)")
+    parser.add_argument("--cursor", default="indent", choices=("indent", "typed"),
+                        help="what of the removed line is typed: its indentation, or its first word too")
+    parser.add_argument("--middle-from", default="cursor",
+                        help="comma-separated: where the middle starts, cursor (plain PSM, the default) and/or line")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.suffix_budgets.split(",")]
     formats = args.target_weights.split(",") if args.target_weights else [None]
-    reports = [run(args.pair, budgets, args.holes, args.max_new_tokens, fmt) for fmt in formats]
-    print(f"{'target':>8s} {'suffix budget':>13s} {'line exact':>10s} {'prompt tokens':>14s} {'seconds':>8s}")
+    splits = tuple(args.middle_from.split(","))
+    reports = [run(args.pair, budgets, args.holes, args.max_new_tokens, fmt, args.cursor, splits) for fmt in formats]
+    print(f"{'target':>8s} {'middle from':>11s} {'suffix budget':>13s} {'line exact':>10s} {'prompt tokens':>14s} "
+          f"{'seconds':>8s}")
     for report in reports:
-        for budget, r in report["budgets"].items():
-            print(f"{report['target_weights']:>8s} {budget:>13s} {r['line_exact_match']:10.2f} "
-                  f"{r['mean_prompt_tokens']:14.0f} {r['mean_seconds']:8.2f}")
+        for r in report["runs"]:
+            print(f"{report['target_weights']:>8s} {r['middle_from']:>11s} {r['suffix_budget']:13d} "
+                  f"{r['line_exact_match']:10.2f} {r['mean_prompt_tokens']:14.0f} {r['mean_seconds']:8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports[0] if len(reports) == 1 else {"formats": reports}, f, indent=2)

@@ -26,6 +26,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, help="most tokens per completion (default 64)")
     parser.add_argument("--debounce-ms", type=int, help="wait this long for more typing (default 30)")
     parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default auto: chosen per document by expected tokens per second)")
+    parser.add_argument("--middle-from", choices=("line", "cursor"),
+                        help="where the FIM middle starts: cursor (default, plain PSM) or line (experimental: "
+                             "typing re-runs only the cursor's line, but completions are worse for now)")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
@@ -39,7 +42,8 @@ def cli_settings(args: argparse.Namespace) -> dict:
     """Only the flags the user gave: they override editor settings."""
     given = {
         "pair": args.pair, "device": args.device, "dtype": args.dtype, "max_tokens": args.max_tokens,
-        "debounce_ms": args.debounce_ms, "drafter": args.drafter, "enabled_languages": args.languages,
+        "debounce_ms": args.debounce_ms, "drafter": args.drafter, "middle_from": args.middle_from,
+        "enabled_languages": args.languages,
         "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
         "remote_model": args.remote_model,
     }

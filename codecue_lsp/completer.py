@@ -42,7 +42,7 @@ class Completer:
         """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
         cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
-                             other_docs=other_docs, syntax=self.syntax)
+                             other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from)
         request = CompletionRequest(
             prompt_ids=self.engine.encode_prompt(built.pieces),
             max_new_tokens=settings.max_tokens,

@@ -26,6 +26,9 @@ class Settings:
     max_tokens: int = 64
     debounce_ms: int = 30
     drafter: str = "auto"
+    # Where the FIM middle starts: "cursor" (plain PSM) or, experimental, "line" (the cursor line's typed part goes
+    # after the middle marker: faster keystrokes mid-file, worse completions for now). See prompt/__init__.
+    middle_from: str = "cursor"
     # Empty tuple = every language. "*" in the list also means every language.
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"
@@ -138,6 +141,7 @@ _PARSERS = {
     "max_tokens": _int_in(1, 4096),
     "debounce_ms": _int_in(0, 5000),
     "drafter": _one_of(DRAFTERS),
+    "middle_from": _one_of(("line", "cursor")),
     "enabled_languages": _languages,
     "log_level": _log_level,
     "log_file": _text,

@@ -314,7 +314,7 @@ class RemoteCompleter:
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> RemotePrepared:
         built = build_prompt(doc, line, character_utf16, self.fim, self.count_tokens, other_docs=other_docs,
-                             syntax=self.syntax)
+                             syntax=self.syntax, middle_from=settings.middle_from)
         prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
         return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
                               stop=make_stop_predicate(built))

@@ -142,6 +142,8 @@ class Engine:
             drafter_name = self._available_drafter(request.drafter)
             controller = self._controller(drafter_name, session, request)
             drafter = self._drafter(drafter_name, session, request)
+            if drafter_name == "auto":  # the policy scores the lookup's drafts in the shadow while it does not draft
+                controller.lookup = drafter.get("lookup")
             try:
                 result = generate(session.target, drafter, controller, request, self.decode, self.stop_token_ids,
                                   cancel_token, on_tokens, on_phase=self._set_phase)

@@ -144,6 +144,8 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         controller.report(name, draft, n, verify_seconds)
         label = request.drafter if name == ONE_DRAFTER else name
         stats.count_pass(label, draft.source, len(draft.tokens), n, verify_seconds)
+        if stats.target_passes == 1:
+            stats.seconds_first_token, stats.first_pass_tokens = time.perf_counter() - started, n + 1
 
         new = draft.tokens[:n] + [next_token]
         tokens = tokens + new

@@ -72,6 +72,10 @@ class CompletionStats:
     seconds_draft: float = 0.0
     seconds_verify: float = 0.0
     seconds_total: float = 0.0
+    # When the first pass's tokens were committed, and how many it gave: decode speed is counted after them, as
+    # llama.cpp counts its own (its first token comes with the prompt's last batch).
+    seconds_first_token: float = 0.0
+    first_pass_tokens: int = 0
     speculation_enabled: bool = True  # False when the session's acceptance collapsed and drafting was switched off
     passes_by_drafter: dict[str, int] = field(default_factory=dict)  # target passes by the drafter chosen for them
     drafted_by_source: dict[str, int] = field(default_factory=dict)  # "draft", "prompt", "workspace", "history"
@@ -90,7 +94,12 @@ class CompletionStats:
     @property
     def mean_accepted(self) -> float:
         """Mean tokens produced per target pass (accepted drafts + the target's own token)."""
-        return (self.accepted + self.target_passes) / self.target_passes if self.target_passes else 0.0
+        return self.produced / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def produced(self) -> int:
+        """Tokens the target passes produced, a stop token included."""
+        return self.accepted + self.target_passes
 
     @property
     def acceptance_rate(self) -> float:

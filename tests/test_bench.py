@@ -128,11 +128,22 @@ def test_prompt_bench_measures_every_suffix_budget_on_the_same_holes(monkeypatch
         monkeypatch.setenv(key, value)
     name, text, line, character, truth = holes(1)[0]
     assert text.split("\n")[line] == " " * character and truth and truth not in text.split("\n")[line]
-    report = run("tiny", [0, 64], count=2, max_new_tokens=4)
-    assert report["holes"] == 2 and set(report["budgets"]) == {"0", "64"}
-    # More suffix budget means a longer prompt on the same holes.
-    assert report["budgets"]["64"]["mean_prompt_tokens"] > report["budgets"]["0"]["mean_prompt_tokens"]
-    assert all(0.0 <= b["line_exact_match"] <= 1.0 for b in report["budgets"].values())
+    # --cursor typed: the first word is typed too, the rest of the line is the hole.
+    _, typed_text, typed_line, typed_character, same_truth = holes(1, "typed")[0]
+    typed = typed_text.split("\n")[typed_line]
+    assert same_truth == truth and typed.strip() and truth.startswith(typed.strip()) and len(typed) == typed_character
+    typed_lines, indent_lines = typed_text.split("\n"), text.split("\n")
+    assert typed_line == line and typed_lines[:line] + typed_lines[line + 1:] == indent_lines[:line] + indent_lines[line + 1:]
+    report = run("tiny", [0, 64], count=2, max_new_tokens=4, cursor="typed", splits=("line", "cursor"))
+    assert report["holes"] == 2 and report["cursor"] == "typed"
+    runs = {(r["middle_from"], r["suffix_budget"]): r for r in report["runs"]}
+    assert set(runs) == {("line", 0), ("line", 64), ("cursor", 0), ("cursor", 64)}
+    # More suffix budget means a longer prompt on the same holes, whichever the split.
+    for split in ("line", "cursor"):
+        assert runs[split, 64]["mean_prompt_tokens"] > runs[split, 0]["mean_prompt_tokens"]
+    assert all(0.0 <= r["line_exact_match"] <= 1.0 for r in report["runs"])
+    with pytest.raises(ValueError, match="--cursor"):
+        holes(1, "word")
 
 
 def test_without_a_draft_model_the_draft_modes_are_left_out_or_refused(capsys):

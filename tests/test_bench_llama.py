@@ -98,7 +98,8 @@ def test_engine_bench_runs_llama_cpp_as_a_mode_on_the_same_prompt_ids(fake, tmp_
 
     llama = report["modes"]["llama_cpp"]
     assert llama["new_tokens"] == 6  # 3 tokens before the stop id, twice
-    assert llama["decode_tokens_per_s"] == pytest.approx(4 / 0.2)  # from its own timings
+    # From its own timings: predicted_ms times the passes after the first token (that one comes with the prompt).
+    assert llama["decode_tokens_per_s"] == pytest.approx(3 / 0.2)
     assert llama["seconds_prefill"] == pytest.approx(0.14)
     assert [r["llama_cpp"]["prompt_evaluated"] for r in report["per_prompt"]] == [7, 7]
     # Its tokens differ from the tiny target's (another format in real life): recorded, not a failure.
@@ -108,7 +109,7 @@ def test_engine_bench_runs_llama_cpp_as_a_mode_on_the_same_prompt_ids(fake, tmp_
     for mode in ("target", "lookup", "llama_cpp"):
         m = report["modes"][mode]
         assert report["speedup_vs_llama_cpp"][mode] == pytest.approx(m["tokens_per_s"] / llama["tokens_per_s"])
-        assert report["decode_speedup_vs_llama_cpp"][mode] == pytest.approx(m["decode_tokens_per_s"] / 20.0)
+        assert report["decode_speedup_vs_llama_cpp"][mode] == pytest.approx(m["decode_tokens_per_s"] / 15.0)
     assert report["modes"]["lookup"]["identical_to_target"]
 
 

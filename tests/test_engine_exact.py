@@ -46,6 +46,10 @@ def test_own_loop_without_drafts_is_target_alone(engines, references):
         assert result.token_ids == ref
         assert result.stats.drafted == 0
         assert result.stats.target_passes == len(ref) + (result.finish_reason == "eos")
+        # The first token's time and count (what decode speed is counted after, as llama.cpp counts its own).
+        stats = result.stats
+        assert stats.first_pass_tokens == 1 and stats.produced == stats.target_passes
+        assert stats.seconds_prefill < stats.seconds_first_token <= stats.seconds_total
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -68,6 +72,7 @@ def test_a_draft_model_equal_to_the_target_is_always_accepted(engines, reference
     assert result.token_ids == ref
     assert result.stats.drafted > 0 and result.stats.accepted == result.stats.drafted
     assert result.stats.mean_accepted > 3.0  # K=4 accepted + the bonus token on most passes
+    assert result.stats.first_pass_tokens == 5  # the first pass, too, kept its 4 drafts and the bonus token
     assert result.stats.target_passes < len(ref)
 
 

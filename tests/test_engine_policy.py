@@ -5,9 +5,9 @@ import math
 import pytest
 
 from engine import CompletionRequest
-from engine.drafters import Draft, NoDrafter
+from engine.drafters import Draft, LookupDrafter, NoDrafter
 from engine.kvcache import TrackedCache
-from engine.policy import GainPolicy, PassCosts, best_choice, expected_tokens, interpolate, rate
+from engine.policy import GainPolicy, PassCosts, Shadow, best_choice, expected_tokens, interpolate, rate
 from engine.speculative import generate
 from engine_helpers import STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model
 
@@ -147,6 +147,90 @@ def test_acceptance_is_kept_per_source():
     assert policy.hit_rate() > 0.95
 
 
+# --- the shadow: the lookup's acceptance measured without verifying its drafts --------------------------------------
+# (guesses, tokens written after the proposal so far, expected score: (accepted, tried) or None while undecided)
+SHADOW_CASES = [
+    ("first guess wrong", [5, 6, 7], [9], (0, 1)),
+    ("two right, third wrong", [5, 6, 7], [5, 6, 1], (2, 3)),
+    ("all right", [5, 6, 7], [5, 6, 7, 8], (3, 3)),
+    ("right so far: undecided", [5, 6, 7], [5, 6], None),
+    ("nothing written yet", [5, 6, 7], [], None),
+]
+
+
+@pytest.mark.parametrize("case", SHADOW_CASES, ids=[c[0] for c in SHADOW_CASES])
+def test_shadow_scores_a_draft_as_a_verify_pass_would(case):
+    _, guesses, written, expected = case
+    before = [1, 2, 3, 4]
+    shadow = Shadow.of(before, guesses, "prompt")
+    assert shadow.same_text(before + written)
+    assert shadow.score(before + written) == expected
+
+
+def test_shadow_of_another_text_is_dropped_uncounted():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(STEEP)), ("none", "lookup"))
+    policy.shadow = Shadow.of([1, 2, 3], [9, 9], "prompt")
+    before = dict(policy.trials)
+    assert not policy.shadow.same_text([4, 5, 6, 9]) and not policy.shadow.same_text([1, 2])
+    policy._score_shadow([4, 5, 6, 9, 9])
+    assert policy.shadow is None and policy.trials == before and policy.shadow_scored == 0
+
+
+class TextLookup:
+    """A lookup drafter over a known text: "right" proposes what the text says next, "wrong" never does."""
+
+    def __init__(self, text, right):
+        self.text, self.right, self.calls = text, right, 0
+
+    def propose(self, tokens, k, cancelled):
+        self.calls += 1
+        follow = self.text[len(tokens):len(tokens) + k]
+        guesses = follow if self.right else [t + 1 for t in follow]
+        return Draft(tokens=list(guesses), probs=[None] * len(guesses), source="prompt")
+
+
+def write_text(policy, text, start, lookup):
+    """The loop on a known text (the target writes `text`): returns the passes by drafter."""
+    tokens, passes = list(text[:start]), {}
+    while len(tokens) < len(text):
+        drafter, k = policy.choose(tokens, len(text) - len(tokens) - 1)
+        draft = lookup.propose(tokens, k, None) if drafter == "lookup" else Draft()
+        accepted = 0
+        for guess, actual in zip(draft.tokens, text[len(tokens):]):
+            if guess != actual:
+                break
+            accepted += 1
+        policy.report(drafter, draft, accepted, 0.04)
+        tokens = text[:len(tokens) + accepted + 1]
+        passes[drafter] = passes.get(drafter, 0) + 1
+    return passes
+
+
+def test_a_lookup_that_is_never_right_costs_no_pass_with_the_shadow():
+    text = list(range(1000, 1400))
+    with_shadow = GainPolicy(FrozenCosts(verify_ms=dict(STEEP)), ("none", "lookup"))
+    with_shadow.lookup = TextLookup(text, right=False)
+    passes = write_text(with_shadow, text, 20, with_shadow.lookup)
+    # The optimistic seed still tries it at first; after that the shadow's evidence keeps it off, with no probes.
+    assert passes.get("lookup", 0) <= 3 and with_shadow.probes == 0, passes
+    assert with_shadow.shadow_scored > 100 and with_shadow.alpha("prompt") < 0.05
+    # Without the shadow the same policy keeps spending probe passes on it.
+    blind = GainPolicy(FrozenCosts(verify_ms=dict(STEEP)), ("none", "lookup"))
+    blind_passes = write_text(blind, text, 20, TextLookup(text, right=False))
+    assert blind.probes > 0 and blind_passes["lookup"] > passes.get("lookup", 0)
+
+
+def test_a_lookup_that_turns_right_is_found_by_the_shadow_without_probes():
+    text = list(range(1000, 1400))
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(STEEP)), ("none", "lookup"))
+    policy.trials["prompt"] = policy.trials["lookup"] = [0.0, 10.0]  # so far it was never right
+    policy.hits = [0.0, 10.0]
+    policy.lookup = TextLookup(text, right=True)
+    passes = write_text(policy, text, 20, policy.lookup)
+    assert policy.probes == 0 and policy.shadow_scored >= 1
+    assert passes["lookup"] > passes.get("none", 0), passes  # drafting took over once the shadow saw it right
+
+
 # --- the auto drafter in the engine: exact, whatever it chooses ----------------------------------------------------
 MAX_NEW = 24
 PROMPTS = [(1, False), (3, True), (7, False), (12, True)]
@@ -166,6 +250,17 @@ def test_auto_equals_target_alone(references, draft_model):
             result = engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, session=session))
             assert result.token_ids == ref, (draft_model, session, seed, repeat)
             assert sum(result.stats.passes_by_drafter.values()) == result.stats.target_passes
+
+
+def test_the_engine_gives_auto_its_lookup_for_the_shadow(references):
+    engine = tiny_engine("none")
+    engine.costs = FrozenCosts(verify_ms=dict(STEEP))  # verifying is dear: the policy mostly decodes alone
+    for (seed, repeat), ref in references.items():
+        result = engine.complete(CompletionRequest(random_prompt(seed, repeat=repeat), MAX_NEW, session="doc"))
+        assert result.token_ids == ref
+    policy = engine.sessions["doc"].policy
+    assert isinstance(policy.lookup, LookupDrafter)
+    assert policy.shadow_scored > 0 and policy.probes == 0
 
 
 class CyclingPolicy(GainPolicy):

@@ -114,7 +114,7 @@ def test_context_brings_imports_and_signatures_from_outside_the_prefix():
 def test_odd_input_never_raises(text, line, character, language):
     prompt = build_prompt(OpenDocument("untitled:1", language, text), line, character, FIM, count,
                           syntax=SyntaxCache())
-    assert prompt.display.startswith(FIM.prefix) and prompt.display.endswith(FIM.middle)
+    assert prompt.display.startswith(FIM.prefix) and prompt.display.endswith(FIM.middle + prompt.middle)
     assert prompt.display.encode("utf-8")
 
 

@@ -111,7 +111,9 @@ def test_marker_strings_in_the_document_stay_text(engine, case, marked, language
 
     # Each template marker is there once (file_sep once per file header); the user's strings added none.
     assert specials_in(ids, engine.tokenizer) == expected
-    assert ids[-1] == engine.special_token_id(engine.fim.middle)
+    # The middle marker is the last marker; only the cursor line's typed part (user text) follows it.
+    middle_at = len(ids) - 1 - ids[::-1].index(engine.special_token_id(engine.fim.middle))
+    assert engine.tokenizer.decode(ids[middle_at + 1:], skip_special_tokens=False) == prompt.middle
     # Everything the user wrote is there, as ordinary tokens: the ids decode back to the prompt as displayed.
     assert engine.tokenizer.decode(ids, skip_special_tokens=False) == prompt.display
 

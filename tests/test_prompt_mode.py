@@ -8,9 +8,10 @@ from engine.models import FimTemplate
 FIM = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
 
 
-def built(language, marked):
+def built(language, marked, middle_from="cursor"):
     text, line, character = split_cursor(marked)
-    return build_prompt(OpenDocument("file:///w/x", language, text), line, character, FIM, lambda s: len(s) // 3 + 1)
+    return build_prompt(OpenDocument("file:///w/x", language, text), line, character, FIM, lambda s: len(s) // 3 + 1,
+                        middle_from=middle_from)
 
 
 @pytest.mark.parametrize("language, marked, mode, header_indent", [
@@ -54,5 +55,49 @@ def test_cursor_line_fields(marked, withheld, line_suffix, indent):
     prompt = built("python", marked)
     assert (prompt.withheld, prompt.line_suffix, prompt.indent) == (withheld, line_suffix, indent)
     # The typed indentation is withheld from the prompt: the prompt's prefix ends at the line start.
-    assert prompt.display.split("<|fim_suffix|>")[0].endswith(prompt.prefix)
+    assert (prompt.display.split("<|fim_suffix|>")[0] + prompt.middle).endswith(prompt.prefix)
     assert not prompt.prefix.endswith(" ") or not withheld
+
+
+# (marked document, what the middle starts with: the cursor line's typed part, after the middle marker)
+MIDDLE_CASES = [
+    ("def f(x):\n    return x█\n", "    return x"),
+    ("def f():\n    █", ""),                 # only indentation typed: withheld, the model writes the indent
+    ("x = f(█)  ", "x = f("),                 # mid-line: the line's rest stays in the suffix
+    ("█", ""),
+    ("a = 1\nb█ = 2\nc = 3\n", "b"),
+    ("a = 1\r\nb = █\r\n", "b = "),
+]
+
+
+@pytest.mark.parametrize("marked, middle", MIDDLE_CASES)
+def test_the_middle_starts_at_the_cursor_line(marked, middle):
+    prompt = built("python", marked, middle_from="line")
+    assert prompt.middle == middle
+    assert prompt.display.endswith("<|fim_middle|>" + middle)
+    before_suffix = prompt.display.split("<|fim_suffix|>")[0]
+    assert (before_suffix + middle).endswith(prompt.prefix) and not before_suffix.endswith(middle or "\0")
+    # The plain PSM split (the default) keeps the whole prefix before the suffix, nothing after the middle marker.
+    plain = built("python", marked)
+    assert plain.middle == "" and plain.display.endswith("<|fim_middle|>")
+    assert plain.display.split("<|fim_suffix|>")[0].endswith(plain.prefix)
+
+
+def test_typing_on_a_line_changes_only_what_follows_the_middle_marker():
+    """What makes a keystroke cheap: the prompt before the middle marker (context, prefix, suffix) stays the same,
+    so the KV cache keeps it; with the cursor split every keystroke changes the prefix and the suffix after it."""
+    document = "import os\n\n\ndef area(r):\n    return 3.1█\n\n\nprint(area(2))\n"
+    typed = [document.replace("█", piece + "█") for piece in ("", "4", "41", "415")]
+    for middle_from, stable in (("line", True), ("cursor", False)):
+        heads = []
+        for marked in typed:
+            text, line, character = split_cursor(marked)
+            prompt = build_prompt(OpenDocument("file:///w/geo.py", "python", text), line, character, FIM,
+                                  lambda s: len(s) // 3 + 1, middle_from=middle_from)
+            heads.append(prompt.display.rsplit("<|fim_middle|>", 1)[0])
+        assert (len(set(heads)) == 1) == stable, middle_from
+
+
+def test_middle_from_must_be_line_or_cursor():
+    with pytest.raises(ValueError, match="middle_from"):
+        build_prompt(OpenDocument("file:///w/x", "python", "x"), 0, 1, FIM, len, middle_from="word")

@@ -63,6 +63,17 @@ def test_max_keystrokes_and_keep_suffix():
     assert replay_documents(kept)[source.uri] == source.text
 
 
+def test_read_first_delays_the_first_keystroke_only():
+    source = synth.file_source(PROJECT_FILE, start_fraction=0.5)
+    plain = synth.synth_typing([source], seed=2, max_keystrokes=30, keep_suffix=True)
+    reading = synth.synth_typing([source], seed=2, max_keystrokes=30, keep_suffix=True, read_first=20.0)
+    first_change = next(i for i, e in enumerate(plain) if e["type"] == "change")
+    assert [e["type"] for e in reading] == [e["type"] for e in plain]
+    assert [e["t"] for e in reading[:first_change]] == [e["t"] for e in plain[:first_change]]  # open + 1st request
+    shifts = {round(b["t"] - a["t"], 3) for a, b in zip(plain[first_change:], reading[first_change:])}
+    assert shifts == {20.0}  # every later event 20 s later, the rhythm unchanged
+
+
 def test_every_request_has_a_truth_that_is_what_comes_next():
     source = synth.humaneval_sources([5])[0]
     events = synth.synth_typing([source], seed=3)

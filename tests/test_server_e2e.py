@@ -292,3 +292,31 @@ async def test_open_documents_feed_the_workspace_index_until_closed(client):
     await wait_for_workspace_documents(client, lambda n: n == opened)
     client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri)))
     await wait_for_workspace_documents(client, lambda n: n == opened - 1)
+
+
+SUFFIX_LINES = "".join(f"    total_{n} = compute({n}, {n + 1}) + offset_{n}\n" for n in range(40))
+
+
+@pytest.mark.parametrize("middle_from", ["line", "cursor"])
+async def test_a_keystroke_re_runs_only_the_cursor_line_not_the_suffix(client, middle_from):
+    """middleFrom "line": a keystroke changes only the prompt's tail, so the session's KV cache keeps the suffix.
+    With the plain PSM split (the default) the whole suffix runs again on every keystroke."""
+    uri = f"file:///work/e2e/keystroke_{middle_from}.py"
+    typed = "    value = comp"
+    open_doc(client, uri, "def main(offset_0):\n" + typed + "\n" + SUFFIX_LINES)
+    await configure(client, {"middleFrom": middle_from, "maxTokens": 4})
+    try:
+        first = texts(await complete(client, uri, 1, len(typed)))
+        key = "Q" if not first or not first[0].startswith("Q") else "W"  # not what was suggested: no type-through
+        change_doc(client, uri, 2, key, start=(1, len(typed)))
+        before = await stats(client)
+        await complete(client, uri, 1, len(typed) + 1)
+        after = await stats(client)
+    finally:
+        await configure(client, {"middleFrom": "cursor", "maxTokens": 24})
+    assert after["completed"] - before["completed"] == 1 and after["typethrough_hits"] == before["typethrough_hits"]
+    new_tokens = after["engine"]["prompt_tokens_new"] - before["engine"]["prompt_tokens_new"]
+    if middle_from == "line":
+        assert new_tokens <= 8, new_tokens  # the line's last token or two (a merge may re-split them)
+    else:
+        assert new_tokens >= 64, new_tokens  # the suffix (budget 128 tokens) after the changed prefix

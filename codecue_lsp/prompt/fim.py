@@ -38,10 +38,11 @@ def file_block(header: list, items: list[str]) -> list[tuple[str, str]]:
     return header + [(TEXT, "".join(item + "\n" for item in items))]
 
 
-def assemble(fim, context: list, prefix: str, suffix: str) -> list[tuple[str, str]]:
-    """PSM order; everything that changes least (other files, imports, signatures) comes first."""
+def assemble(fim, context: list, prefix: str, suffix: str, middle: str = "") -> list[tuple[str, str]]:
+    """PSM order; everything that changes least (other files, imports, signatures) comes first. `middle` is text
+    the middle starts with (what is typed on the cursor's line), so that it is the last thing in the prompt."""
     return [(SPECIAL, fim.prefix), *context, (TEXT, prefix), (SPECIAL, fim.suffix), (TEXT, suffix),
-            (SPECIAL, fim.middle)]
+            (SPECIAL, fim.middle)] + ([(TEXT, middle)] if middle else [])
 
 
 def count_pieces(pieces: list, count_tokens) -> int:

@@ -51,7 +51,8 @@ def cmd_synth(args) -> int:
         events = synth.synth_rotation(sources, args.max_keystrokes, args.rotate, args.visit_keystrokes,
                                       args.switch_every, args.seed, args.wpm)
     else:
-        events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix)
+        events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix,
+                                    args.read_first)
     write_trace(args.out, events)
     requests = sum(1 for e in events if e["type"] == "request")
     print(f"{args.out}: {synth.keystroke_count(events)} keystrokes, {requests} requests, "
@@ -155,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-keystrokes", type=int, help="stop after this many keystrokes in total")
     p.add_argument("--keep-suffix", action="store_true",
                    help="the text after the typed region is in the document too (editing inside a file)")
+    p.add_argument("--read-first", type=float, default=0.0, metavar="S",
+                   help="seconds between opening a file (its first request) and the first keystroke")
     p.add_argument("--humaneval", help="HumanEval problems (e.g. 0,3,10-12): prompt open, solution typed")
     p.add_argument("--fim-holes", type=int, default=0, metavar="N",
                    help="instead of typing: N documents per file, each with one line/block removed")

@@ -125,8 +125,9 @@ def typed_end(text: str, start: int, end: int, keystrokes: int) -> int:
 
 
 def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budget: int | None,
-                keep_suffix: bool) -> tuple[list[dict], float, int]:
-    """Events typing one source from `t0`; returns (events, end time, keystrokes used)."""
+                keep_suffix: bool, read_first: float = 0.0) -> tuple[list[dict], float, int]:
+    """Events typing one source from `t0`; returns (events, end time, keystrokes used). read_first: seconds
+    between opening the file (and its first request) and the first keystroke, as a user reads before typing."""
     text = source.text
     end = len(text) if source.end is None else source.end
     start = leading_whitespace(text, source.start) if (source.start == 0 or text[source.start - 1] == "\n") \
@@ -151,6 +152,7 @@ def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budge
 
     offset, previous, keystrokes = start, "\n", 0
     request_here()
+    t += read_first
     while offset < end and (budget is None or keystrokes < budget):
         char = text[offset]
         t += keystroke_delay(rng, base, previous, char)
@@ -170,7 +172,7 @@ def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budge
 
 
 def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max_keystrokes: int | None = None,
-                 keep_suffix: bool = False) -> list[dict]:
+                 keep_suffix: bool = False, read_first: float = 0.0) -> list[dict]:
     rng = random.Random(seed)
     low, high = parse_wpm(wpm)
     events: list[dict] = []
@@ -178,7 +180,7 @@ def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max
     for source in sources:
         if remaining is not None and remaining <= 0:
             break
-        typed, t, used = type_source(source, rng, rng.uniform(low, high), t, remaining, keep_suffix)
+        typed, t, used = type_source(source, rng, rng.uniform(low, high), t, remaining, keep_suffix, read_first)
         events += typed
         t += 2.0  # switching files
         if remaining is not None:
