@@ -58,10 +58,12 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
         for split, budget in results:
             built = build_prompt(doc, line, character, engine.fim, engine.count_tokens,
                                  budget=PromptBudget(suffix=budget), middle_from=split)
-            ids = engine.encode_prompt(built.pieces)
+            ids, heal = engine.encode_prompt(built.pieces), b""
+            if built.middle:  # as the server does (codecue_lsp/completer.py)
+                ids, heal = engine.heal_prompt(ids)
             started = time.perf_counter()
             result = engine.complete(CompletionRequest(ids, max_new_tokens, stop=make_stop_predicate(built),
-                                                       drafter="hybrid"))
+                                                       drafter="hybrid", heal=heal))
             first_line = postprocess(result.text, built).split("\n", 1)[0]
             r = results[split, budget]
             r["seconds"] += time.perf_counter() - started

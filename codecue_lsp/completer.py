@@ -43,8 +43,12 @@ class Completer:
         cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
                              other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from)
+        ids, heal = self.engine.encode_prompt(built.pieces), b""
+        if built.middle:  # the prompt ends in the cursor line's typed text: let the model re-choose its last token
+            ids, heal = self.engine.heal_prompt(ids)
         request = CompletionRequest(
-            prompt_ids=self.engine.encode_prompt(built.pieces),
+            prompt_ids=ids,
+            heal=heal,
             max_new_tokens=settings.max_tokens,
             stop=make_stop_predicate(built),
             session=doc.uri,

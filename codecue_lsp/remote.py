@@ -313,8 +313,10 @@ class RemoteCompleter:
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> RemotePrepared:
+        # Always the plain PSM split: a serving engine cannot heal the last token (engine/healing.py), and without
+        # healing the line split completes badly (docs/benchmarks.md).
         built = build_prompt(doc, line, character_utf16, self.fim, self.count_tokens, other_docs=other_docs,
-                             syntax=self.syntax, middle_from=settings.middle_from)
+                             syntax=self.syntax)
         prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
         return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
                               stop=make_stop_predicate(built))

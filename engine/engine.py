@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
+from .healing import HealingMasks, back_off, token_bytes
 from .kvcache import TrackedCache, cache_for, common_prefix_length
 from .models import LoadedPair
 from .policy import GainPolicy, PassCosts, SharedAcceptance
@@ -54,6 +55,7 @@ class Engine:
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-engine")
+        self._healing_masks: HealingMasks | None = None
         # Open documents and earlier completions, for lookup drafts.
         self.workspace = SuffixIndex()
         # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
@@ -84,6 +86,17 @@ class Engine:
         """A prompt given as ("text", string) and ("special", marker) pieces, in order: text as in `encode`, each
         marker as its one special token (engine/prompt_ids.py)."""
         return encode_pieces(pieces, self.encode, self.special_token_id)
+
+    def heal_prompt(self, ids: list[int]) -> tuple[list[int], bytes]:
+        """Token healing for a prompt that ends in user text (engine/healing.py): (ids backed off by their last
+        token, its bytes for CompletionRequest.heal); a prompt that ends in a marker comes back unchanged."""
+        return back_off(ids, self._healing().table)
+
+    def _healing(self) -> HealingMasks:
+        if self._healing_masks is None:  # the vocabulary's bytes, once (~0.3 s for Qwen's 151k tokens)
+            with self._tokenizer_lock:
+                self._healing_masks = HealingMasks(token_bytes(self.tokenizer))
+        return self._healing_masks
 
     def encode_fim(self, prefix: str, suffix: str) -> list[int]:
         """The model's prefix-suffix-middle prompt around plain text."""
@@ -145,8 +158,9 @@ class Engine:
             if drafter_name == "auto":  # the policy scores the lookup's drafts in the shadow while it does not draft
                 controller.lookup = drafter.get("lookup")
             try:
+                first_allowed = self._healing().allowed(request.heal) if request.heal else None
                 result = generate(session.target, drafter, controller, request, self.decode, self.stop_token_ids,
-                                  cancel_token, on_tokens, on_phase=self._set_phase)
+                                  cancel_token, on_tokens, on_phase=self._set_phase, first_allowed=first_allowed)
             except BaseException:
                 self.sessions.pop(request.session, None)  # never reuse caches a failure may have left half-written
                 raise

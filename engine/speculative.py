@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from .drafters import Draft
+from .healing import mask_first
 from .interrupt import PassCancelled
 from .kvcache import TrackedCache
 from .sampling import accept_greedy, accept_sampled
@@ -86,9 +87,12 @@ class SpeculationController:
 def generate(target: TrackedCache, drafter, controller, request: CompletionRequest,
              decode: Callable[[list[int]], str], stop_token_ids: set[int], cancel: CancelToken | None = None,
              on_tokens: Callable[[list[int], str], None] | None = None,
-             on_phase: Callable[[str], None] | None = None) -> CompletionResult:
+             on_phase: Callable[[str], None] | None = None,
+             first_allowed: torch.Tensor | None = None) -> CompletionResult:
     """drafter: one drafter, or {name: drafter} for a controller that picks among them. on_phase is told
-    "prefill", "draft" or "verify" as each begins. A cancel stops any model pass within one decoder layer."""
+    "prefill", "draft" or "verify" as each begins. A cancel stops any model pass within one decoder layer.
+    first_allowed (token healing): the tokens the first generated token may be; the text returned and seen by
+    request.stop starts after request.heal."""
     drafters = drafter if isinstance(drafter, dict) else {ONE_DRAFTER: drafter}
     cancel = cancel or CancelToken()
     on_phase = on_phase or (lambda phase: None)
@@ -98,6 +102,11 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
     started = time.perf_counter()
     generated: list[int] = []
     text = ""
+    healed = request.heal.decode("utf-8") if first_allowed is not None else ""
+
+    def text_of(ids: list[int]) -> str:
+        whole = decode(ids)
+        return whole[len(healed):] if whole.startswith(healed) else whole
 
     def finish(reason: str) -> CompletionResult:
         stats.seconds_total = time.perf_counter() - started
@@ -134,6 +143,8 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
             logits = target.forward([tokens[-1]] + draft.tokens, cancelled=cancel.is_set)
         except PassCancelled:
             return finish("cancelled")
+        if first_allowed is not None and stats.target_passes == 0:
+            logits = mask_first(logits, first_allowed)  # the same mask with or without drafts: still lossless
         if sampling:
             n, next_token = accept_sampled(logits, draft.tokens, draft.probs, request.temperature,
                                            request.top_p, generator)
@@ -151,12 +162,12 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         tokens = tokens + new
         for token in new:
             if token in stop_token_ids:
-                text = decode(generated)
+                text = text_of(generated)
                 return finish("eos")
             generated.append(token)
             if len(generated) >= request.max_new_tokens:
                 break
-        text = decode(generated)
+        text = text_of(generated)
         if on_tokens:
             on_tokens(list(generated), text)
         if request.stop and request.stop(text):

@@ -57,6 +57,9 @@ class CompletionRequest:
     drafter: DrafterName = "auto"
     max_draft_tokens: int = 8  # upper bound for adaptive K
     adaptive_k: bool = True  # False pins K = max_draft_tokens and keeps drafting on (explicit drafters only)
+    # Token healing (engine/healing.py): the bytes of the prompt's backed-off last token. The first generated token
+    # must start with them, and the text returned (and seen by `stop`) is what follows them.
+    heal: bytes = b""
 
 
 @dataclass
