@@ -7,7 +7,8 @@ Experimental, opt-in (middle_from="line"): the typed part of the cursor's line g
 start of the middle. Typing on a line then changes only the prompt's last tokens and the KV cache keeps the suffix
 (PSM puts it after the prefix, so with the cursor split every keystroke re-runs it: 3x slower keystrokes mid-file on
 2 cores), but the model continues a forced middle badly (a trailing space, an open bracket): line exact match 0.15
-vs 0.75 on typed holes (docs/benchmarks.md). Needs token healing before it can be the default.
+vs 0.75 on typed holes unhealed. The local engine heals it (engine/healing.py: 18/20 vs 15/20 for the cursor
+split in a first check); benchmark it through `codecue-bench prompt` before it becomes the default.
 
 It is built as pieces (user text vs template marker, see fim.py) for Engine.encode_prompt, never as one string to
 tokenize: the user's text may contain the markers' strings.
