@@ -45,6 +45,7 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
     from engine.models import load_pair
     from engine.types import CompletionRequest
 
+    from codecue_lsp.completer import encode_built
     from codecue_lsp.postprocess import make_stop_predicate, postprocess
     from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
 
@@ -58,9 +59,7 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
         for split, budget in results:
             built = build_prompt(doc, line, character, engine.fim, engine.count_tokens,
                                  budget=PromptBudget(suffix=budget), middle_from=split)
-            ids, heal = engine.encode_prompt(built.pieces), b""
-            if built.middle:  # as the server does (codecue_lsp/completer.py)
-                ids, heal = engine.heal_prompt(ids)
+            ids, heal = encode_built(engine, built)  # as the server does
             started = time.perf_counter()
             result = engine.complete(CompletionRequest(ids, max_new_tokens, stop=make_stop_predicate(built),
                                                        drafter="hybrid", heal=heal))

@@ -23,6 +23,14 @@ logger = logging.getLogger(__name__)
 STEP_DELAY_ENV = "CODECUE_TEST_STEP_DELAY_MS"
 
 
+
+def encode_built(engine, built) -> tuple[list[int], bytes]:
+    """A built prompt's ids and, when it ends in the cursor line's typed text (middle_from "line"), the healed
+    bytes for CompletionRequest.heal: the model re-chooses that text's last token (engine/healing.py)."""
+    ids = engine.encode_prompt(built.pieces)
+    return engine.heal_prompt(ids) if built.middle else (ids, b"")
+
+
 @dataclass
 class Prepared:
     built: object  # prompt.BuiltPrompt
@@ -43,9 +51,7 @@ class Completer:
         cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
                              other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from)
-        ids, heal = self.engine.encode_prompt(built.pieces), b""
-        if built.middle:  # the prompt ends in the cursor line's typed text: let the model re-choose its last token
-            ids, heal = self.engine.heal_prompt(ids)
+        ids, heal = encode_built(self.engine, built)
         request = CompletionRequest(
             prompt_ids=ids,
             heal=heal,
