@@ -40,7 +40,7 @@ def holes(count: int, cursor: str = "indent") -> list[tuple[str, str, int, int, 
 
 
 def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_weights: str | None = None,
-        cursor: str = "indent", splits: tuple[str, ...] = ("cursor",)) -> dict:
+        cursor: str = "indent", splits: tuple[str, ...] = ("line",)) -> dict:
     from engine.engine import Engine
     from engine.models import load_pair
     from engine.types import CompletionRequest
@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                                                  "e.g. gguf,dense (default: the calibrated choice)")
     parser.add_argument("--cursor", default="indent", choices=("indent", "typed"),
                         help="what of the removed line is typed: its indentation, or its first word too")
-    parser.add_argument("--middle-from", default="cursor",
-                        help="comma-separated: where the middle starts, cursor (plain PSM, the default) and/or line")
+    parser.add_argument("--middle-from", default="line",
+                        help="comma-separated: where the middle starts, line (the server's default, healed) and/or "
+                             "cursor (plain PSM)")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.suffix_budgets.split(",")]

@@ -27,8 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--debounce-ms", type=int, help="wait this long for more typing (default 30)")
     parser.add_argument("--drafter", choices=DRAFTERS, help="speculative drafter (default auto: chosen per document by expected tokens per second)")
     parser.add_argument("--middle-from", choices=("line", "cursor"),
-                        help="where the FIM middle starts: cursor (default, plain PSM) or line (experimental: "
-                             "typing re-runs only the cursor's line, but completions are worse for now)")
+                        help="where the FIM middle starts: line (default: typing mid-file re-runs only the cursor's "
+                             "line, its last token healed) or cursor (plain PSM; remote engines always use it)")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")

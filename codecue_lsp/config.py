@@ -26,9 +26,10 @@ class Settings:
     max_tokens: int = 64
     debounce_ms: int = 30
     drafter: str = "auto"
-    # Where the FIM middle starts: "cursor" (plain PSM) or, experimental, "line" (the cursor line's typed part goes
-    # after the middle marker: faster keystrokes mid-file, worse completions for now). See prompt/__init__.
-    middle_from: str = "cursor"
+    # Where the FIM middle starts: "line" (the cursor line's typed part goes after the middle marker and the local
+    # engine heals its last token: a keystroke mid-file re-runs that line, not the suffix) or "cursor" (plain PSM).
+    # Remote engines cannot heal and always get "cursor". See prompt/__init__ and docs/benchmarks.md.
+    middle_from: str = "line"
     # Empty tuple = every language. "*" in the list also means every language.
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"

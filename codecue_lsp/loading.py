@@ -72,7 +72,10 @@ def build_completer(settings: Settings, syntax=None):
     from .completer import Completer
 
     pair = load_pair(settings.pair, device=settings.device, dtype=settings.dtype)
-    return Completer(Engine(pair), syntax=syntax)
+    engine = Engine(pair)
+    if settings.middle_from == "line":
+        engine.prepare_healing()
+    return Completer(engine, syntax=syntax)
 
 
 async def _create_progress(ls, token: str) -> bool:

@@ -9,6 +9,7 @@ the healed bytes.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from functools import lru_cache
 
 import torch
@@ -56,10 +57,15 @@ def back_off(ids: list[int], table: list[bytes]) -> tuple[list[int], bytes]:
 
 
 class HealingMasks:
-    """Masks of the tokens allowed first after a back-off, per backed-off byte string (a few per document)."""
+    """Masks of the tokens allowed first after a back-off, per backed-off byte string. Every keystroke backs off a
+    new string, so a mask is a range of the byte-sorted vocabulary (two bisections), not a scan of 151k tokens
+    (~23 ms in Python here)."""
 
     def __init__(self, table: list[bytes]):
         self.table = table
+        order = sorted((b, i) for i, b in enumerate(table) if b)
+        self._sorted = [b for b, _ in order]
+        self._ids = torch.tensor([i for _, i in order], dtype=torch.long)
         self._masks: dict[bytes, torch.Tensor] = {}
 
     def allowed(self, prefix: bytes) -> torch.Tensor:
@@ -67,7 +73,14 @@ class HealingMasks:
         if mask is None:
             if len(self._masks) > 256:
                 self._masks.clear()
-            mask = torch.tensor([bool(b) and b.startswith(prefix) for b in self.table], dtype=torch.bool)
+            # Cutting every token to len(prefix) bytes keeps the order, so the tokens starting with prefix are
+            # the run of equal cut keys.
+            def cut(b: bytes) -> bytes:
+                return b[:len(prefix)]
+            lo = bisect_left(self._sorted, prefix, key=cut)
+            hi = bisect_right(self._sorted, prefix, lo=lo, key=cut)
+            mask = torch.zeros(len(self.table), dtype=torch.bool)
+            mask[self._ids[lo:hi]] = True
             self._masks[prefix] = mask
         return mask
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine import CompletionRequest
-from engine.healing import back_off, mask_first, token_bytes
+from engine.healing import HealingMasks, back_off, mask_first, token_bytes
 from engine_helpers import reference_greedy, tiny_engine, tiny_model, tiny_tokenizer
 
 MAX_NEW = 16
@@ -49,6 +49,25 @@ def test_mask_first_keeps_only_tokens_that_start_with_the_healed_bytes(table):
     best = int(torch.argmax(masked[0]))
     assert table[best].startswith(b" ") and torch.equal(masked[1:], logits[1:])
     assert torch.isinf(masked[0, len(table):]).all()
+
+
+EDGE_TABLE = [b"", b"a", b"ab", b"abc", b"b", b"\xff", b"\xff\x00", b"\xfe\xff", b" ", b"  ", b" a", b"", b"ab"]
+
+
+@pytest.mark.parametrize("prefix", [b"a", b"ab", b"abc", b"abcd", b"b", b"\xff", b"\xfe", b" ", b"  ", b"z", b"\x00"])
+def test_healing_masks_allow_exactly_the_tokens_that_start_with_the_prefix(prefix):
+    masks = HealingMasks(EDGE_TABLE)
+    expected = [bool(b) and b.startswith(prefix) for b in EDGE_TABLE]
+    assert masks.allowed(prefix).tolist() == expected
+    assert masks.allowed(prefix) is masks.allowed(prefix)  # cached per backed-off string
+
+
+def test_healing_masks_match_a_scan_of_the_real_vocabulary(table):
+    masks = HealingMasks(table)
+    for token in (table[i] for i in range(0, len(table), max(1, len(table) // 50)) if table[i]):
+        for prefix in (token, token[:1], token[:2]):
+            scan = torch.tensor([bool(b) and b.startswith(prefix) for b in table])
+            assert torch.equal(masks.allowed(prefix), scan), prefix
 
 
 def healed_reference(table, prompt: list[int], healed: bytes) -> list[int]:

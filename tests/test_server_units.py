@@ -89,9 +89,9 @@ def test_settings_merge_camel_and_snake_case_and_ignore_bad_values():
     assert (bad.max_tokens, bad.drafter, bad.debounce_ms, bad.pair) == (12, "lookup", 5, "default")
     assert Settings().merged({"codecue": {"pair": "tiny"}}).pair == "tiny"
     assert Settings().merged("not an object") == Settings()
-    assert Settings().middle_from == "cursor"
-    assert Settings().merged({"middleFrom": "line"}).middle_from == "line"
-    assert Settings().merged({"middleFrom": "word"}).middle_from == "cursor"
+    assert Settings().middle_from == "line"
+    assert Settings().merged({"middleFrom": "cursor"}).middle_from == "cursor"
+    assert Settings().merged({"middleFrom": "word"}).middle_from == "line"
 
 
 def test_language_filter_and_restart_needed():

@@ -3,12 +3,13 @@
     fim.prefix + [other open files' imports/signatures] + [this file's header, imports, signatures]
                + [this file from a syntactic boundary to the cursor] + fim.suffix + [short suffix] + fim.middle
 
-Experimental, opt-in (middle_from="line"): the typed part of the cursor's line goes after the middle marker, as the
+middle_from="line" (the server's default): the typed part of the cursor's line goes after the middle marker, as the
 start of the middle. Typing on a line then changes only the prompt's last tokens and the KV cache keeps the suffix
-(PSM puts it after the prefix, so with the cursor split every keystroke re-runs it: 3x slower keystrokes mid-file on
-2 cores), but the model continues a forced middle badly (a trailing space, an open bracket): line exact match 0.15
-vs 0.75 on typed holes unhealed. The local engine heals it (engine/healing.py: 18/20 vs 15/20 for the cursor
-split in a first check); benchmark it through `codecue-bench prompt` before it becomes the default.
+(PSM puts it after the prefix, so with the cursor split every keystroke re-runs it: 2-3x slower keystrokes mid-file
+on 2 cores). Unhealed, the model continues a forced middle badly (a trailing space, an open bracket: line exact match
+0.15 vs 0.75 on typed holes), so whoever uses it must heal the last typed token (engine/healing.py, as
+completer.encode_built does): healed, 0.80 vs 0.70 for the cursor split (docs/benchmarks.md). build_prompt's own
+default stays "cursor", the split that needs no healing (remote engines).
 
 It is built as pieces (user text vs template marker, see fim.py) for Engine.encode_prompt, never as one string to
 tokenize: the user's text may contain the markers' strings.
@@ -78,7 +79,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                  other_docs: Sequence[OpenDocument] = (), budget: PromptBudget = PromptBudget(),
                  syntax: SyntaxCache | None = None, middle_from: str = "cursor") -> BuiltPrompt:
     """Build the prompt for the cursor at LSP (line, UTF-16 character); never raises on odd text or positions.
-    middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; experimental)."""
+    middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; heal it)."""
     if middle_from not in ("line", "cursor"):
         raise ValueError(f"middle_from must be 'line' or 'cursor', not {middle_from!r}")
     text = sanitize(doc.text or "")

@@ -9,6 +9,10 @@ export interface Settings {
   enabledLanguages: string[];
   debounceMs: number;
   maxTokens: number;
+  drafter: string;
+  middleFrom: string;
+  engine: string;
+  remoteModel: string;
 }
 
 /** The part of vscode.WorkspaceConfiguration that is read here. */
@@ -30,6 +34,10 @@ export function readSettings(config: ConfigReader): Settings {
     enabledLanguages: config.get('enabledLanguages', DEFAULT_LANGUAGES),
     debounceMs: config.get('debounceMs', 30),
     maxTokens: config.get('maxTokens', 64),
+    drafter: config.get('drafter', 'auto'),
+    middleFrom: config.get('middleFrom', 'line'),
+    engine: config.get('engine', 'local').trim() || 'local',
+    remoteModel: config.get('remoteModel', '').trim(),
   };
 }
 
@@ -37,7 +45,12 @@ export function readSettings(config: ConfigReader): Settings {
  * workspace/configuration. Client-only settings (enable, server.*) are left out so the server has nothing to
  * warn about. */
 export function serverSettings(s: Settings): Record<string, unknown> {
-  return { pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens };
+  const sent: Record<string, unknown> = {
+    pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens,
+    drafter: s.drafter, middleFrom: s.middleFrom, engine: s.engine,
+  };
+  if (s.remoteModel) sent.remoteModel = s.remoteModel; // empty: the server asks the engine's /v1/models
+  return sent;
 }
 
 /** Which documents the client sends to the server: files and unsaved buffers of the enabled languages. */
@@ -48,8 +61,10 @@ export function documentSelector(s: Settings): { scheme: string; language: strin
   ]);
 }
 
-/** Settings whose change needs a server restart (everything the process is started with). */
+/** Settings whose change needs a server restart (everything the process is started with, and what the server
+ * loads once: codecue_lsp/config.py LOAD_SETTINGS). */
 export function needsRestart(before: Settings, after: Settings): boolean {
-  const started = (s: Settings) => JSON.stringify([s.serverPath, s.serverArgs, s.serverEnv, s.pair, s.enabledLanguages]);
+  const started = (s: Settings) =>
+    JSON.stringify([s.serverPath, s.serverArgs, s.serverEnv, s.pair, s.enabledLanguages, s.engine, s.remoteModel]);
   return started(before) !== started(after);
 }

@@ -35,6 +35,41 @@ test('the server gets only settings it knows (codecue_lsp/config.py)', () => {
   }
 });
 
+test('every setting in package.json has the default readSettings falls back to', () => {
+  const pkg = JSON.parse(readFileSync(join(__dirname, '..', '..', 'package.json'), 'utf8'));
+  const props: Record<string, { default: unknown }> = pkg.contributes.configuration.properties;
+  const fields: Record<string, keyof ReturnType<typeof readSettings>> = {
+    'codecue.server.path': 'serverPath', 'codecue.server.args': 'serverArgs', 'codecue.server.env': 'serverEnv',
+  };
+  const defaults = readSettings(reader({}));
+  const declared = Object.keys(props);
+  assert.ok(declared.length >= 12, 'could not read the settings from package.json');
+  for (const key of declared) {
+    const field = fields[key] ?? (key.slice('codecue.'.length) as keyof typeof defaults);
+    assert.ok(field in defaults, `${key} is declared but never read`);
+    assert.deepEqual(defaults[field], props[key].default, key);
+  }
+  for (const field of Object.keys(defaults)) {
+    const key = Object.keys(fields).find((k) => fields[k] === field) ?? `codecue.${field}`;
+    assert.ok(key in props, `${field} is read but not declared in package.json`);
+  }
+});
+
+test('drafter, middleFrom and engine reach the server; remoteModel only when set', () => {
+  const base = serverSettings(readSettings(reader({})));
+  assert.equal(base.drafter, 'auto');
+  assert.equal(base.middleFrom, 'line');
+  assert.equal(base.engine, 'local');
+  assert.ok(!('remoteModel' in base));
+  const remote = serverSettings(readSettings(reader({
+    engine: ' http://10.0.0.5:8000/v1 ', remoteModel: 'qwen-coder', middleFrom: 'cursor', drafter: 'none',
+  })));
+  assert.equal(remote.engine, 'http://10.0.0.5:8000/v1');
+  assert.equal(remote.remoteModel, 'qwen-coder');
+  assert.equal(remote.middleFrom, 'cursor');
+  assert.equal(remote.drafter, 'none');
+});
+
 test('documents of enabled languages go to the server, files and unsaved ones', () => {
   const sel = documentSelector(readSettings(reader({ enabledLanguages: ['python', 'go'] })));
   assert.deepEqual(sel, [
@@ -47,5 +82,8 @@ test('process settings need a restart, per-request ones do not', () => {
   const base = readSettings(reader({}));
   assert.equal(needsRestart(base, readSettings(reader({ pair: 'tiny' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ 'server.path': '/venv/bin/codecue-lsp' }))), true);
+  assert.equal(needsRestart(base, readSettings(reader({ engine: 'http://127.0.0.1:8080/v1' }))), true);
+  assert.equal(needsRestart(base, readSettings(reader({ remoteModel: 'other' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ maxTokens: 16, debounceMs: 0, enable: false }))), false);
+  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor' }))), false);
 });
