@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--draft-weights", help="weight format of the draft (default: the calibrated choice)")
     eng.add_argument("--device")
     eng.add_argument("--dtype")
+    eng.add_argument("--v1-dtype", choices=("float32", "bfloat16"),
+                     help="the v1_default mode's dtype (default: as the first version chose it, by this CPU's flags); "
+                          "float32 reproduces an AVX2-only machine's v1 default on another CPU")
     eng.add_argument("--json", help="write the report here")
     passes = sub.add_parser("passes", help="per-pass costs of the target and the draft")
     passes.add_argument("--pair", default="default")

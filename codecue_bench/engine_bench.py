@@ -158,7 +158,8 @@ def v1_engine(args):
         from engine.engine import Engine
         from engine.models import load_pair
 
-        pair = load_pair(args.pair, device=args.device, dtype=v1_dtype(), target_weights="dense",
+        pair = load_pair(args.pair, device=args.device, dtype=getattr(args, "v1_dtype", None) or v1_dtype(),
+                         target_weights="dense",
                          draft_weights="int8", with_draft=True, compile=False)
         _V1_ENGINE["engine"] = Engine(pair)
     return _V1_ENGINE["engine"]
@@ -239,10 +240,14 @@ def bench_engine(args) -> dict:
             if n == 0:
                 print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
 
+    import torch
+
     report = {"device": str(pair.device), "dtype": pair.activations, "target_weights": pair.target_weights,
-              "pair": args.pair,
+              "pair": args.pair, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "modes": {},
               "per_prompt": rows}
+    if V1_MODE in modes:
+        report["v1_dtype"] = str(v1_engine(args).pair.activations)
     for mode, t in totals.items():
         report["modes"][mode] = {
             "tokens_per_s": t["new_tokens"] / t["seconds"] if t["seconds"] else 0.0,

@@ -6,6 +6,10 @@ is also the draft step) and prefill tokens/s. The models are the real architectu
 random weights; only 4 distinct decoder layers are built and the real depth cycles through them, so a pass
 streams as many bytes as the real model while building and quantizing every format of both models stays cheap.
 
+Where llama-cpp-python is installed and the pair's GGUF files are on disk, llama.cpp times the real files first
+(format "llamacpp", a few seconds each) and its one-token pass shortlists the torch formats of the same model: one
+over twice as slow is recorded from its cheap screening pass alone (on an AVX2-only CPU that skips most of them).
+
 The table is cached in $CODECUE_HOME/calibration.json keyed by the processor (CPU model name or GPU name), threads,
 torch version and the model's shapes; `codecue-models calibrate` re-measures. From it the engine chooses:
 - the target's format and activation dtype: the fastest single-line completion (prefill of 100 tokens + 16
@@ -232,14 +236,15 @@ def screen_ms(model) -> float:
         return best_ms(step, reps=2, budget_s=0.2)
 
 
-def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0) -> list[Measurement]:
+def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0,
+                 best_one: float = float("inf")) -> list[Measurement]:
     """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
-    `screen` x the best so far is recorded with that figure only: a measured shortlist (the slow kernels cost
-    seconds a call on 2 cores)."""
+    `screen` x the best so far (best_one: a one-token pass measured before, e.g. llama.cpp's) is recorded with that
+    figure only: a measured shortlist (the slow kernels cost seconds a call on 2 cores)."""
     base = slice_model(config, min(DISTINCT_LAYERS, config.num_hidden_layers))
     models = {weights: full_depth(formatted(base, weights), config.num_hidden_layers) for weights in formats}
     del base
-    results, best_one = [], float("inf")
+    results = []
     for act in activations:  # bf16 first: where its kernels are fast, fp32 is screened out cheaply
         for weights in formats:
             model = models[weights].to(getattr(torch, act))
@@ -262,17 +267,21 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
 
 
 def calibrate(target_config, draft_config=None, device: str = "cpu", formats: dict | None = None,
-              progress: bool = True) -> Calibration:
+              progress: bool = True, measured_first: list[Measurement] = ()) -> Calibration:
+    """measured_first: rows timed before (llama.cpp's, a few seconds): kept, and their one-token pass shortlists
+    the torch formats of the same role, so a machine where llama.cpp is far faster skips timing the slow ones."""
     from tqdm import tqdm
 
     formats = formats or {"target": TARGET_FORMATS, "draft": DRAFT_FORMATS}
     started = time.perf_counter()
-    cal = Calibration(key=machine_key(device, target_config, draft_config))
+    cal = Calibration(key=machine_key(device, target_config, draft_config), measurements=list(measured_first))
     roles = [("target", target_config)] + ([("draft", draft_config)] if draft_config is not None else [])
     total = sum(len(formats[r]) * len(ACTIVATIONS) for r, _ in roles)
     with tqdm(total=total, desc="calibrating formats on this machine", disable=not progress, unit="format") as bar:
         for role, config in roles:
-            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar)
+            best_one = min((m.pass_ms[1] for m in measured_first if m.role == role and 1 in m.pass_ms),
+                           default=float("inf"))
+            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar, best_one=best_one)
     cal.seconds = round(time.perf_counter() - started, 1)
     return cal
 
@@ -351,26 +360,35 @@ def calibration_for(home: Path, target_config, draft_config=None, device: str = 
     cal = None if force else load_cached(home, key)
     if cal is None:
         log.info("calibrating weight formats on %s (once per machine)", key["processor"])
-        cal = calibrate(target_config, draft_config, device, progress=progress)
+        started = time.perf_counter()
+        first = llamacpp_rows(gguf_files or {}, device)
+        cal = calibrate(target_config, draft_config, device, progress=progress, measured_first=first)
+        cal.seconds = round(time.perf_counter() - started, 1)
         save(home, cal)
-    if add_llamacpp(cal, gguf_files or {}, device):
+    elif add_llamacpp(cal, gguf_files or {}, device):
         save(home, cal)
     return cal
 
 
-def add_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
-    """Time the real GGUF files in llama.cpp (format "llamacpp") where the table has no such row yet."""
+def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] = ()) -> list[Measurement]:
+    """The real GGUF files timed in llama.cpp (format "llamacpp"), for each role that `have` has no such row for."""
     from . import llamacpp
 
     if device != "cpu" or not gguf_files or not llamacpp.available():
-        return False
-    added = False
+        return []
+    rows = []
     for role, path in gguf_files.items():
-        if path is not None and not any(m.role == role and m.weights == "llamacpp" for m in cal.measurements):
+        if path is not None and not any(m.role == role and m.weights == "llamacpp" for m in have):
             log.info("timing %s in llama.cpp (%s)", role, path)
-            cal.measurements.append(llamacpp.measure(role, path))
-            added = True
-    return added
+            rows.append(llamacpp.measure(role, path))
+    return rows
+
+
+def add_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
+    """Add llama.cpp's rows to a cached table that lacks them (measured before llama-cpp-python was installed)."""
+    rows = llamacpp_rows(gguf_files, device, tuple(cal.measurements))
+    cal.measurements += rows
+    return bool(rows)
 
 
 def format_table(cal: Calibration, choice: Choice | None = None) -> str:

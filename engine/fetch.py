@@ -385,11 +385,13 @@ def cmd_list(args) -> int:
 
 
 def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> bool:
-    """Print this machine's calibration table and the formats it chooses for `pair` (measuring first when asked)."""
+    """Print this machine's calibration table and the formats a load of `pair` takes from it: the same choice as
+    load_pair, llama.cpp's rows included (measuring first when asked)."""
     import torch
 
-    from .calibrate import calibration_for, choose, format_table, load_cached, machine_key
-    from .models import model_config
+    from .calibrate import TARGET_FORMATS, DRAFT_FORMATS, calibration_for, choose, format_table, load_cached, \
+        machine_key
+    from .models import llamacpp_available, model_config, resolve_formats
 
     if not all(is_ready(spec, home) for _, spec in pair_models(pair)):
         return False
@@ -397,13 +399,20 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
     draft_config = model_config(pair.draft, home) if pair.draft else None
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if measure:
-        cal = calibration_for(home, target_config, draft_config, device, force=force, progress=True)
+        # Every format competes here, whatever models.toml or the environment pins for loading.
+        choice, cal = resolve_formats(pair, torch.device(device), home, "auto", "auto", "auto", progress=True,
+                                      force=force)
+        if cal is None:  # a GPU loads dense bf16 without a table: measure the torch formats anyway
+            cal = calibration_for(home, target_config, draft_config, device, force=force, progress=True)
+            choice = choose(cal)
     else:
         cal = load_cached(home, machine_key(device, target_config, draft_config))
         if cal is None:
             print("  formats: not calibrated on this machine yet (`codecue-models calibrate`, or the first load)")
             return False
-    print("  " + format_table(cal, choose(cal)).replace("\n", "\n  "))
+        extra = ("llamacpp",) if llamacpp_available() else ()  # its rows exist only where its GGUF was timed
+        choice = choose(cal, TARGET_FORMATS + extra, DRAFT_FORMATS + extra)
+    print("  " + format_table(cal, choice).replace("\n", "\n  "))
     return True
 
 

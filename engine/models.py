@@ -335,9 +335,10 @@ def model_config(spec: ModelSpec, home: Path | None = None):
 
 
 def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: str | None, draft_weights: str | None,
-                    dtype: str | None, progress: bool = False):
+                    dtype: str | None, progress: bool = False, force: bool = False):
     """Formats and dtypes to load, from explicit settings or this machine's calibration: returns
-    (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here)."""
+    (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here). force: measure
+    again even where a table is cached (`codecue-models calibrate`)."""
     from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, Choice, calibration_for, choose
     from .quant import canonical_format
 
@@ -358,7 +359,7 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     ggufs = {role: gguf_file(model, home) for role, model in (("target", spec.target), ("draft", spec.draft))
              if model is not None and with_llamacpp}
     cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
-                          progress=progress, gguf_files={r: p for r, p in ggufs.items() if p is not None})
+                          force=force, progress=progress, gguf_files={r: p for r, p in ggufs.items() if p is not None})
     def candidates(asked: str, formats: tuple, role: str) -> tuple:
         if asked != "auto":
             return (asked,)

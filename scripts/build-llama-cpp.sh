@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Build llama.cpp, the benchmark peer, from the llama.cpp that the pinned llama-cpp-python sdist vendors.
 #
-#   scripts/build-llama-cpp.sh [--force]
+#   scripts/build-llama-cpp.sh [--avx2] [--force]
 #
 # Result: $CODECUE_HOME/llama.cpp/build/bin/{llama-server,llama-bench,llama-completion} (CODECUE_HOME defaults to
 # ~/.cache/codecue). Runs at benchmark time only: never in CI, and the binaries are never committed. GGML_NATIVE=ON
 # tunes the build to this CPU, so the stamp records the CPU model and a build from another machine is redone.
 # ~5 minutes on 2 cores. Idempotent: exits at once when the same version is already built for this CPU.
+# --avx2: AVX2 kernels only (no AVX-512), shared libraries included (libllama.so for llama-cpp-python through
+# LLAMA_CPP_LIB_PATH=<bin>): an AVX2-only CPU emulated on a newer one (docs/benchmarks.md). Use another CODECUE_HOME.
 set -euo pipefail
 
+VARIANT=native
+if [[ "${1:-}" == "--avx2" ]]; then VARIANT=avx2; shift; fi
 VERSION="0.3.36"  # llama-cpp-python; vendors llama.cpp commit 0c1e57098 (shared/facts.md)
 TARGETS=(llama-bench llama-server llama-completion)
 HOME_DIR="${CODECUE_HOME:-$HOME/.cache/codecue}"
@@ -18,7 +22,7 @@ PYTHON="${PYTHON:-python3}"
 JOBS="${JOBS:-$(nproc)}"
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)"
-stamp="llama-cpp-python==$VERSION native cpu=${cpu:-unknown}"
+stamp="llama-cpp-python==$VERSION $VARIANT cpu=${cpu:-unknown}"
 
 built=1
 for t in "${TARGETS[@]}"; do [[ -x "$BUILD/bin/$t" ]] || built=0; done
@@ -41,8 +45,16 @@ src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
 
 rm -rf "$BUILD" "$OUT/STAMP"
 mkdir -p "$OUT"
-# Static libraries: the binaries keep working after the temporary source tree is gone.
-cmake -S "$src" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+# Static libraries: the binaries keep working after the temporary source tree is gone. The AVX2 variant is shared
+# (its libraries land in bin/ next to the binaries) so that llama-cpp-python can load the same kernels.
+if [[ $VARIANT == avx2 ]]; then
+    cpu_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+               -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DBUILD_SHARED_LIBS=ON)
+    TARGETS+=(llama)
+else
+    cpu_flags=(-DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF)
+fi
+cmake -S "$src" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cpu_flags[@]}" \
     -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_USE_PREBUILT_UI=OFF >"$OUT/cmake.log"
 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}"
 # The CMake cache and objects point into the deleted source tree; only bin/ is kept.

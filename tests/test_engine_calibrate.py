@@ -112,6 +112,21 @@ def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "calibration.json").read_text())
 
 
+def test_rows_measured_first_shortlist_the_torch_formats_of_their_role(monkeypatch):
+    """llama.cpp's rows come first; a torch format over twice their one-token pass is only screened, not timed."""
+    monkeypatch.setattr(cal_mod, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(cal_mod, "PREFILL_TOKENS", 16)
+    target, draft = tiny_config(384, 2, hidden=64), tiny_config(384, 1, hidden=64)
+    far_faster = cal_mod.Measurement("target", "llamacpp", "ggml", {w: 1e-6 for w in cal_mod.WIDTHS}, 1e9)
+    cal = cal_mod.calibrate(target, draft, progress=False, measured_first=[far_faster])
+    assert cal.measurements[0] is far_faster
+    torch_targets = [m for m in cal.measurements if m.role == "target" and m.weights != "llamacpp"]
+    assert len(torch_targets) == len(cal_mod.TARGET_FORMATS) * len(cal_mod.ACTIVATIONS)
+    assert not any(m.complete for m in torch_targets) and all(m.pass_ms[1] > 0 for m in torch_targets)
+    assert any(m.complete for m in cal.measurements if m.role == "draft")  # no draft row first: timed as before
+    assert choose(cal, cal_mod.TARGET_FORMATS + ("llamacpp",)).target_weights == "llamacpp"
+
+
 def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypatch):
     from engine.models import load_pair
     from engine.testing import build_tiny_pair

@@ -231,3 +231,39 @@ def test_cancel_token_calls_its_listeners_once_set():
     late = []
     token.add_listener(lambda: late.append("at once"))  # already set: called at once
     assert calls == ["called"] and late == ["at once"]
+
+
+def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_path, monkeypatch, capsys):
+    """`codecue-models calibrate` measures what a load would choose from, llama.cpp's GGUF rows included, and
+    `list` prints the same choice from the cached table (it used to leave the GGUF out and print another choice)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from engine import calibrate
+    from engine.fetch import main
+    from engine.models import model_dir
+    from engine.testing import TINY_DRAFT, TINY_TARGET, build_tiny_pair, write_gguf
+
+    monkeypatch.setattr(calibrate, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(calibrate, "PREFILL_TOKENS", 16)
+    home, toml = build_tiny_pair(tmp_path)
+    (home / "gguf").mkdir()
+    for name in (TINY_TARGET, TINY_DRAFT):
+        write_gguf(AutoModelForCausalLM.from_pretrained(model_dir(name, home)),
+                   AutoTokenizer.from_pretrained(model_dir(name, home)), home / "gguf" / f"{name}.gguf")
+        toml.write_text(toml.read_text().replace(f"[models.{name}]\n", f'[models.{name}]\ngguf_file = "{name}.gguf"\n'))
+    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    monkeypatch.setenv("CODECUE_HOME", str(home))
+    monkeypatch.setenv("CODECUE_TARGET_WEIGHTS", "dense")  # a pin for loading does not narrow the calibration
+    assert main(["calibrate", "--pair", "tiny"]) == 0
+    measured = capsys.readouterr().out
+    rows = [line.split() for line in measured.splitlines() if line.split()[:1] in (["target"], ["draft"])]
+    assert {(row[0], row[1]) for row in rows if row[1] == "llamacpp"} == {("target", "llamacpp"), ("draft", "llamacpp")}
+    assert {row[1] for row in rows if row[0] == "target"} >= set(calibrate.TARGET_FORMATS)
+    chosen = [line for line in measured.splitlines() if "chosen: target" in line]
+    assert len(chosen) == 1
+    configs = [AutoConfig.from_pretrained(model_dir(name, home)) for name in (TINY_TARGET, TINY_DRAFT)]
+    cached = calibrate.load_cached(home, calibrate.machine_key("cpu", *configs))
+    best = choose(cached, calibrate.TARGET_FORMATS + ("llamacpp",), calibrate.DRAFT_FORMATS + ("llamacpp",))
+    assert f"chosen: target {best.target_weights}/{best.target_activations}" in chosen[0]
+    assert main(["list"]) == 0
+    assert chosen[0].strip() in capsys.readouterr().out
