@@ -19,6 +19,8 @@ import httpx
 
 from engine.models import codecue_home
 
+from .health import wait_healthy
+
 
 def build_dir(home: Path | None = None) -> Path:
     return (home or codecue_home()) / "llama.cpp" / "build" / "bin"
@@ -86,18 +88,14 @@ class LlamaServer:
 
     def wait_ready(self) -> None:
         """/health answers 503 while the model loads and 200 once it can serve."""
-        deadline = time.monotonic() + self.ready_timeout
-        with http_client(self.url, timeout=5.0) as client:
-            while time.monotonic() < deadline:
-                if self.process is not None and self.process.poll() is not None:
-                    raise RuntimeError(f"llama-server exited with {self.process.returncode}: {self.log_tail()}")
-                try:
-                    if client.get("/health").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.25)
-        raise RuntimeError(f"llama-server not ready after {self.ready_timeout:.0f}s: {self.log_tail()}")
+        def alive() -> bool:
+            return self.process is None or self.process.poll() is None
+        try:
+            wait_healthy(self.url, alive, self.ready_timeout, name="llama-server")
+        except RuntimeError:
+            raise RuntimeError(f"llama-server exited with {self.process.returncode}: {self.log_tail()}") from None
+        except TimeoutError as exc:
+            raise RuntimeError(f"{exc}: {self.log_tail()}") from None
 
     def log_tail(self, chars: int = 2000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path else ""

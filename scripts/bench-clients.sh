@@ -73,23 +73,7 @@ fi
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 wait_healthy() {  # /health answers 503 while the models load, 200 once a request can be served
-    "$PYTHON" - "$1" "$server_pid" <<'PY'
-import os, sys, time, httpx
-url, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + 300
-while time.monotonic() < deadline:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.exit("llama-server exited while loading")
-    try:
-        if httpx.get(url + "/health", timeout=5, trust_env=False).status_code == 200:
-            sys.exit(0)
-    except httpx.TransportError:
-        pass
-    time.sleep(0.25)
-sys.exit("llama-server not ready after 300 s")
-PY
+    (cd "$REPO" && "$PYTHON" -m codecue_bench.health "$1" "$server_pid" --timeout 300 --name llama-server)
 }
 
 llama_command() {  # N PORT: the command line, also recorded in the JSON

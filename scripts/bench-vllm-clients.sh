@@ -93,23 +93,8 @@ setsid "${command[@]}" >"$work/vllm.log" 2>&1 &
 server_pid=$!
 
 # /health answers 200 once the engine can serve; the first start may download the models.
-"$PYTHON" - "http://127.0.0.1:$port" "$server_pid" <<'PY' || { tail -30 "$work/vllm.log" >&2; exit 1; }
-import os, sys, time, httpx
-url, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + 1800
-while time.monotonic() < deadline:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.exit("bench-vllm-clients: vllm serve exited while starting (its log follows)")
-    try:
-        if httpx.get(url + "/health", timeout=5, trust_env=False).status_code == 200:
-            sys.exit(0)
-    except httpx.TransportError:
-        pass
-    time.sleep(1)
-sys.exit("bench-vllm-clients: vllm serve not ready after 30 min")
-PY
+(cd "$REPO" && "$PYTHON" -m codecue_bench.health "http://127.0.0.1:$port" "$server_pid" --timeout 1800 --poll 1 \
+    --name "vllm serve") || { tail -30 "$work/vllm.log" >&2; exit 1; }
 
 lsp="$PYTHON -m codecue_lsp --stdio --engine http://127.0.0.1:$port/v1"
 # One engine for every N: vLLM batches however many requests come (no slots to size per N).
