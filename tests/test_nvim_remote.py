@@ -34,9 +34,11 @@ TYPED = "return fib"
 PRIMES = "# the first 500 prime numbers\nPRIMES = [\n    2, 3, 5, 7, 11, 13, 17, 19, 23, 29,\n]\n"
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    server = LlamaServer(tmp_path_factory.mktemp("llama") / "llama-server.log")
+@pytest.fixture
+def llama(tmp_path):
+    """A fresh llama-server per test: a prompt cache warmed by the test before changes llama.cpp's batching, and with
+    it the greedy path (seen: the primes list closed after one row, so the "long" block ended before the keystroke)."""
+    server = LlamaServer(tmp_path / "llama-server.log")
     try:
         server.wait_healthy()
         yield server
