@@ -23,13 +23,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def http_client(url: str, timeout: float = 600.0) -> httpx.Client:
+    # trust_env=False: a proxy from the environment must never sit between us and 127.0.0.1.
+    return httpx.Client(base_url=url, timeout=timeout, trust_env=False)
+
+
 def wait_healthy(url: str, alive: Callable[[], bool], timeout_s: float, poll_s: float = 0.25,
                  name: str = "server") -> None:
     """Return once GET url/health is 200; RuntimeError when `alive()` says the process ended first, TimeoutError
     after timeout_s."""
     deadline = time.monotonic() + timeout_s
-    # trust_env=False: a proxy from the environment must never sit between us and 127.0.0.1.
-    with httpx.Client(base_url=url, timeout=5.0, trust_env=False) as client:
+    with http_client(url, timeout=5.0) as client:
         while True:
             if not alive():
                 raise RuntimeError(f"{name} exited while starting")

@@ -19,7 +19,7 @@ import httpx
 
 from engine.models import codecue_home
 
-from .health import wait_healthy
+from .health import http_client, wait_healthy  # noqa: F401 (http_client: used through this module too)
 
 
 def build_dir(home: Path | None = None) -> Path:
@@ -36,11 +36,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def http_client(url: str, timeout: float = 600.0) -> httpx.Client:
-    # trust_env=False: a proxy from the environment must never sit between us and 127.0.0.1.
-    return httpx.Client(base_url=url, timeout=timeout, trust_env=False)
 
 
 class LlamaServer:

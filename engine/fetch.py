@@ -389,8 +389,8 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
     load_pair, llama.cpp's rows included (measuring first when asked)."""
     import torch
 
-    from .calibrate import TARGET_FORMATS, DRAFT_FORMATS, calibration_for, choose, format_table, load_cached, \
-        machine_key
+    from .calibrate import (DRAFT_FORMATS, TARGET_FORMATS, calibration_for, choose, format_table, load_cached,
+                            machine_key)
     from .models import llamacpp_available, model_config, resolve_formats
 
     if not all(is_ready(spec, home) for _, spec in pair_models(pair)):
