@@ -17,8 +17,12 @@ from engine.models import ModelsError
 from . import llama_cpp
 
 # "auto" is CodeCue's default configuration: the drafter chosen by expected gain (engine/policy.py).
+# "auto_llamacpp_prefill": the same with llama.cpp prefilling too, where the default prefills in torch
+# (engine/torch_prefill.py): the previous default, for the ratio.
 MODES = ["target", "auto", "speculative", "lookup", "hybrid", "hf_assisted", "llama_cpp"]
-DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid"}
+DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid",
+                   "auto_llamacpp_prefill": "auto"}
+NO_TORCH_PREFILL = ("auto_llamacpp_prefill",)
 NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted")
 LLAMA_MODES = ("llama_cpp", "llama_cpp_draft")
 
@@ -77,13 +81,15 @@ def pick_modes(args, pair) -> list[str]:
     else, so they are left out or refused."""
     if args.modes:
         modes = args.modes.split(",")
-        known = MODES + list(LLAMA_MODES) + [V1_MODE]
+        known = MODES + list(LLAMA_MODES) + [V1_MODE] + list(NO_TORCH_PREFILL)
         unknown = [m for m in modes if m not in known]
         if unknown:
             raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
         if pair.draft is None and any(m in NEED_DRAFT_MODEL for m in modes):
             raise ModelsError(f"no draft model loaded (the calibration says it does not pay on this machine): "
                               f"pass --with-draft to run {', '.join(m for m in modes if m in NEED_DRAFT_MODEL)}")
+        if not getattr(pair.target, "torch_prefill", None) and any(m in NO_TORCH_PREFILL for m in modes):
+            raise ModelsError("the target already prefills in llama.cpp here: auto_llamacpp_prefill would be auto")
         return modes
     modes = [m for m in MODES if m not in LLAMA_MODES and (pair.draft is not None or m not in NEED_DRAFT_MODEL)
              and (m != "hf_assisted" or transformers_pair(pair))]
@@ -165,6 +171,17 @@ def v1_engine(args):
     return _V1_ENGINE["engine"]
 
 
+@contextlib.contextmanager
+def without_torch_prefill(model):
+    """llama.cpp prefills for the duration (engine/torch_prefill.py is set on the model, not per request)."""
+    helper = getattr(model, "torch_prefill", None)
+    model.torch_prefill = None
+    try:
+        yield
+    finally:
+        model.torch_prefill = helper
+
+
 def bench_engine(args) -> dict:
     from engine.engine import Engine
     from engine.models import load_pair
@@ -195,6 +212,9 @@ def bench_engine(args) -> dict:
                 return run_hf_assisted(pair, ids, max_new_tokens, stop_ids)
             if mode == V1_MODE:
                 return run_own_mode(v1_engine(args), "hybrid", ids, max_new_tokens, args.k)
+            if mode in NO_TORCH_PREFILL:
+                with without_torch_prefill(pair.target):
+                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 
         warm = engine.encode_fim("def add(a, b):\n", "\n")
@@ -229,7 +249,7 @@ def bench_engine(args) -> dict:
                 row[mode] = {"seconds": round(run.seconds, 3), "tokens": len(run.tokens), "identical": same}
                 if run.prompt_evaluated is not None:
                     row[mode]["prompt_evaluated"] = run.prompt_evaluated
-                if same is False and (mode in clients or mode == V1_MODE):
+                if same is False and (mode in clients or mode in (V1_MODE,) + NO_TORCH_PREFILL):
                     # Another weight format (Q4_K_M): differing is expected; where is enough, without a pass.
                     row[mode]["first_difference"] = first_difference(reference, run.tokens)
                 elif same is False:
@@ -243,6 +263,7 @@ def bench_engine(args) -> dict:
     import torch
 
     report = {"device": str(pair.device), "dtype": pair.activations, "target_weights": pair.target_weights,
+              "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
               "pair": args.pair, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "modes": {},
               "per_prompt": rows}

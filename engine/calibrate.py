@@ -48,7 +48,7 @@ DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3
 # Whether it is used is then decided per document from the running acceptance (engine/policy.py).
 DRAFT_PAYS_AT = 1.1
 DRAFT_ALPHA = 0.9
-VERSION = 2
+VERSION = 3  # 3: llama.cpp rows time a torch prefill handing its keys/values over
 
 
 @dataclass
@@ -59,6 +59,8 @@ class Measurement:
     pass_ms: dict[int, float]  # new tokens in the pass -> ms for the whole model
     prefill_tok_s: float
     prefill_dense_tok_s: float = 0.0  # quantized formats: prefill through a dense copy of the weights (0: not measured)
+    prefill_torch_tok_s: float = 0.0  # llamacpp: prefill in torch W8A8, keys/values handed over (engine/torch_prefill.py)
+    prefill_torch_from: int = 0  # ... and the fewest new tokens from which that is faster (0: never)
 
     @property
     def prefill_dense(self) -> bool:
@@ -66,8 +68,15 @@ class Measurement:
         return self.prefill_dense_tok_s > 1.15 * self.prefill_tok_s
 
     @property
+    def prefill_torch(self) -> bool:
+        """Prefill in torch for llama.cpp: only where measured clearly faster (it costs the int8 weights' memory)."""
+        return self.prefill_torch_from > 0 and self.prefill_torch_tok_s > 1.15 * self.prefill_tok_s
+
+    @property
     def prefill_used_tok_s(self) -> float:
-        """The prefill rate the engine will run at: through the dense copy only where it is chosen."""
+        """The prefill rate the engine will run at: through the dense copy or torch only where it is chosen."""
+        if self.prefill_torch:
+            return self.prefill_torch_tok_s
         return self.prefill_dense_tok_s if self.prefill_dense else self.prefill_tok_s
 
     @property
@@ -90,6 +99,8 @@ class Choice:
     expected_draft_speedup: float = 0.0
     target_prefill_dense: bool = False
     draft_prefill_dense: bool = False
+    target_prefill_torch: bool = False  # a llamacpp target prefills long prompts in torch (engine/torch_prefill.py)
+    target_prefill_torch_from: int = 0  # from this many new tokens on
 
 
 @dataclass
@@ -314,10 +325,12 @@ def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_
     draft = best("draft", draft_formats, lambda m: m.pass_ms[1])
     if draft is None:
         return Choice(target.weights, target.activations, None, None, False,
-                      target_prefill_dense=target.prefill_dense)
+                      target_prefill_dense=target.prefill_dense, target_prefill_torch=target.prefill_torch,
+                      target_prefill_torch_from=target.prefill_torch_from)
     gain = expected_speedup(target.pass_ms, draft.pass_ms[1], DRAFT_ALPHA) if target.complete else 0.0
     return Choice(target.weights, target.activations, draft.weights, draft.activations, gain >= DRAFT_PAYS_AT,
-                  round(gain, 2), target.prefill_dense, draft.prefill_dense)
+                  round(gain, 2), target.prefill_dense, draft.prefill_dense, target.prefill_torch,
+                  target.prefill_torch_from)
 
 
 # --- the cache ----------------------------------------------------------------------------------------------------
@@ -333,7 +346,8 @@ def load_cached(home: Path, key: dict) -> Calibration | None:
         return None
     measurements = [Measurement(m["role"], m["weights"], m["activations"],
                                 {int(w): v for w, v in m["pass_ms"].items()}, m["prefill_tok_s"],
-                                m.get("prefill_dense_tok_s", 0.0))
+                                m.get("prefill_dense_tok_s", 0.0), m.get("prefill_torch_tok_s", 0.0),
+                                m.get("prefill_torch_from", 0))
                     for m in entry["measurements"]]
     return Calibration(key=entry["key"], measurements=measurements, seconds=entry.get("seconds", 0.0))
 
@@ -361,18 +375,20 @@ def calibration_for(home: Path, target_config, draft_config=None, device: str = 
     if cal is None:
         log.info("calibrating weight formats on %s (once per machine)", key["processor"])
         started = time.perf_counter()
-        first = llamacpp_rows(gguf_files or {}, device)
+        first = llamacpp_rows(gguf_files or {}, device, configs={"target": target_config})
         cal = calibrate(target_config, draft_config, device, progress=progress, measured_first=first)
         cal.seconds = round(time.perf_counter() - started, 1)
         save(home, cal)
-    elif add_llamacpp(cal, gguf_files or {}, device):
+    elif add_llamacpp(cal, gguf_files or {}, device, {"target": target_config}):
         save(home, cal)
     return cal
 
 
-def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] = ()) -> list[Measurement]:
-    """The real GGUF files timed in llama.cpp (format "llamacpp"), for each role that `have` has no such row for."""
-    from . import llamacpp
+def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] = (),
+                  configs: dict | None = None) -> list[Measurement]:
+    """The real GGUF files timed in llama.cpp (format "llamacpp"), for each role that `have` has no such row for.
+    configs ({role: config}): also time a torch prefill of that architecture handing its keys/values over."""
+    from . import llamacpp, torch_prefill
 
     if device != "cpu" or not gguf_files or not llamacpp.available():
         return []
@@ -380,13 +396,15 @@ def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] =
     for role, path in gguf_files.items():
         if path is not None and not any(m.role == role and m.weights == "llamacpp" for m in have):
             log.info("timing %s in llama.cpp (%s)", role, path)
-            rows.append(llamacpp.measure(role, path))
+            config = (configs or {}).get(role)
+            torch_config = config if config is not None and torch_prefill.supports(config) else None
+            rows.append(llamacpp.measure(role, path, torch_config=torch_config))
     return rows
 
 
-def add_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
+def add_llamacpp(cal: Calibration, gguf_files: dict, device: str, configs: dict | None = None) -> bool:
     """Add llama.cpp's rows to a cached table that lacks them (measured before llama-cpp-python was installed)."""
-    rows = llamacpp_rows(gguf_files, device, tuple(cal.measurements))
+    rows = llamacpp_rows(gguf_files, device, tuple(cal.measurements), configs)
     cal.measurements += rows
     return bool(rows)
 
@@ -400,6 +418,8 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
     for m in cal.measurements:
         cells = " ".join(f"{m.pass_ms[w]:7.1f}ms" if w in m.pass_ms else f"{'-':>9s}" for w in WIDTHS)
         dense = f" (dense {m.prefill_dense_tok_s:.0f})" if m.prefill_dense_tok_s else ""
+        dense += (f" (torch w8a8 {m.prefill_torch_tok_s:.0f}, faster from "
+                  f"{m.prefill_torch_from or 'no'} tokens)" if m.prefill_torch_tok_s else "")
         tail = (f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms{dense}" if m.complete
                 else "  (screened out: slow)")
         lines.append(f"{m.role:7s} {m.weights:8s} {m.activations:9s} {cells}{tail}")
@@ -407,6 +427,8 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
         lines.append(f"chosen: target {choice.target_weights}/{choice.target_activations}"
                      + (f", draft {choice.draft_weights}/{choice.draft_activations}" if choice.draft_weights else "")
                      + (", prefill through dense weights" if choice.target_prefill_dense else "")
+                     + (f", prefill in torch w8a8 from {choice.target_prefill_torch_from} new tokens"
+                        if choice.target_prefill_torch else "")
                      + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "
                         f"{choice.expected_draft_speedup:.2f}x at {DRAFT_ALPHA:.0%} acceptance)" if choice.draft_weights else ""))
     return "\n".join(lines)

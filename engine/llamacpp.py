@@ -136,6 +136,10 @@ class LlamaCppModel:
         self._sequences_lock = threading.Lock()
         self._pass_id = 0  # which pass an abort is for: a token set late must not stop the next request's pass
         self._pass_lock = threading.Lock()
+        # engine/torch_prefill.TorchPrefill: prompt extensions of at least torch_prefill_from new tokens run there
+        # and their keys/values are handed over (set by the loader where the calibration measured it faster).
+        self.torch_prefill = None
+        self.torch_prefill_from = 32
 
     # --- what the engine asks of a model -----------------------------------------------------------------------------
     def new_cache(self) -> "LlamaCppCache":
@@ -268,9 +272,22 @@ class LlamaCppCache:
         return keep
 
     def extend_to(self, ids: list[int], chunk: int = PREFILL_CHUNK, cancelled=lambda: False) -> tuple[int, int]:
-        """As TrackedCache.extend_to, in chunks of PREFILL_CHUNK tokens."""
+        """As TrackedCache.extend_to, in chunks of PREFILL_CHUNK tokens; through the model's torch prefill when it
+        has one and at least `torch_prefill_from` tokens are new."""
         reused = self.reuse_prefix(ids)
-        for start in range(reused, len(ids), chunk):
+        helper = self.model.torch_prefill
+        if helper is not None and len(ids) - reused >= self.model.torch_prefill_from:
+            from .torch_prefill import HandoffUnsupported, handoff_prefill
+
+            try:
+                handoff_prefill(self, helper, ids, cancelled)
+                return reused, len(self.ids) - reused
+            except PassCancelled:
+                return reused, len(self.ids) - reused
+            except HandoffUnsupported as exc:
+                log.warning("torch prefill off for %s: %s", self.model.label, exc)
+                self.model.torch_prefill = None
+        for start in range(len(self.ids), len(ids), chunk):
             if cancelled():
                 break
             try:
@@ -282,10 +299,11 @@ class LlamaCppCache:
 
 # --- calibration -----------------------------------------------------------------------------------------------------
 def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens: int = 256,
-            prefill_tokens: int = 256, reps: int = 3):
+            prefill_tokens: int = 256, reps: int = 3, torch_config=None):
     """This machine's pass costs for one GGUF in llama.cpp, as a calibrate.Measurement (weights "llamacpp",
     activations "ggml": llama.cpp quantizes activations to match each weight type itself). Passes after a
-    context_tokens context, best of reps; prefill in the engine's chunk size."""
+    context_tokens context, best of reps; prefill in the engine's chunk size. torch_config (the model's
+    transformers config): also the same prefill in torch W8A8 with random weights, handed over to llama.cpp."""
     from .calibrate import Measurement
 
     model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=1024, label=role)
@@ -300,6 +318,17 @@ def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens
             started = time.perf_counter()
             cache.extend_to(tokens[:prefill_tokens])
             prefill_s = min(prefill_s, time.perf_counter() - started)
+        torch_tok_s, torch_from = 0.0, 0
+        if torch_config is not None:
+            sizes = (min(64, prefill_tokens // 2), prefill_tokens)
+            ours = {n: best_prefill_s(cache, tokens[:n]) for n in sizes}
+            ours[prefill_tokens] = min(ours[prefill_tokens], prefill_s)
+            theirs = time_torch_prefill(model, cache, torch_config, tokens, sizes)
+            torch_tok_s = prefill_tokens / theirs[prefill_tokens]
+            from .torch_prefill import crossover
+
+            torch_from = crossover(ours, theirs)
+        cache.truncate(0)
         cache.extend_to(tokens[:context_tokens])
         pass_ms = {}
         for width in widths:
@@ -313,4 +342,29 @@ def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens
         del cache
     finally:
         model.close()
-    return Measurement(role, "llamacpp", "ggml", pass_ms, round(prefill_tokens / prefill_s, 1))
+    return Measurement(role, "llamacpp", "ggml", pass_ms, round(prefill_tokens / prefill_s, 1),
+                       prefill_torch_tok_s=round(torch_tok_s, 1), prefill_torch_from=torch_from)
+
+
+def best_prefill_s(cache: LlamaCppCache, tokens: list[int], reps: int = 2) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        cache.truncate(0)
+        started = time.perf_counter()
+        cache.extend_to(tokens)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def time_torch_prefill(model: LlamaCppModel, cache: LlamaCppCache, config, tokens: list[int], sizes) -> dict:
+    """{n: seconds} to prefill the first n tokens in torch W8A8 (random weights, the real shapes) with the handover,
+    best of 2 each."""
+    from .torch_prefill import TorchPrefill
+
+    vocab = 4096
+    tokens = [t % vocab for t in tokens]
+    model.torch_prefill, model.torch_prefill_from = TorchPrefill.random(config, vocab=vocab), 1
+    try:
+        return {n: best_prefill_s(cache, tokens[:n]) for n in sizes}
+    finally:
+        model.torch_prefill = None

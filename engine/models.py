@@ -407,6 +407,14 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     draft_dtype = torch_dtype(choice.draft_activations) if load_draft else None
     draft = (load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights, choice.draft_prefill_dense)
              if load_draft else None)
+    if choice.target_weights == "llamacpp":
+        from . import torch_prefill
+        from .quant import format_cache_file
+
+        if torch_prefill.wanted(choice.target_prefill_torch):
+            cached = format_cache_file(cache_dir(spec.target, home), "prefill-w8a8", torch.float32)
+            torch_prefill.attach(target, model_dir(spec.target, home), cached,
+                                 from_tokens=choice.target_prefill_torch_from)
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target, home))
     costs = pass_costs_from(cal, choice) if cal is not None else None
     if compile is None:
