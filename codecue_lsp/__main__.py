@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -33,6 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
     parser.add_argument("--remote-model", help="model name for --engine URL (default: the first one /v1/models lists)")
+    parser.add_argument("--torch-prefill", choices=("auto", "on", "off"),
+                        help="a llama.cpp target's long prompts prefilled in torch int8 (default auto: where the "
+                             "calibration measured it faster; sets $CODECUE_TORCH_PREFILL)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-file", help="also log to this file (logs never go to stdout)")
     return parser.parse_args(argv)
@@ -130,6 +134,8 @@ def main(argv=None) -> int:
         print(f"codecue-lsp {server_version()}")
         return 0
     settings_in = cli_settings(args)
+    if args.torch_prefill:  # read where the engine loads (engine/torch_prefill.wanted), like the other engine env
+        os.environ["CODECUE_TORCH_PREFILL"] = args.torch_prefill
     if args.check:
         from .config import Settings, configure_logging
 

@@ -110,3 +110,18 @@ def test_tcp_listens_on_loopback_and_answers_initialize(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert proc.stdout.read() == b""  # nothing on stdout: the protocol goes over the socket
+
+
+@pytest.mark.parametrize("flag,env", [(None, None), ("on", "on"), ("off", "off"), ("auto", "auto")])
+def test_torch_prefill_flag_sets_what_the_engine_reads(monkeypatch, flag, env):
+    """`--torch-prefill` reaches engine/torch_prefill.wanted through $CODECUE_TORCH_PREFILL (as replay's --compare
+    passes server flags); without the flag the environment is left as it was."""
+    import codecue_lsp.__main__ as cli
+    from engine import torch_prefill
+
+    monkeypatch.delenv("CODECUE_TORCH_PREFILL", raising=False)
+    monkeypatch.setattr(cli, "check", lambda settings: 0)
+    assert cli.main(["--check"] + ([f"--torch-prefill={flag}"] if flag else [])) == 0
+    assert cli.os.environ.get("CODECUE_TORCH_PREFILL") == env
+    assert torch_prefill.wanted(False) is (flag == "on")
+    assert torch_prefill.wanted(True) is (flag != "off")
