@@ -294,6 +294,8 @@ class LlamaCppCache:
                 self.forward(ids[start:start + chunk], logits="none", cancelled=cancelled)
             except PassCancelled:
                 break
+        log.debug("llama.cpp prefill seq %d: %d reused, %d of %d new", self.seq, reused, len(self.ids) - reused,
+                  len(ids) - reused)
         return reused, len(self.ids) - reused
 
 

@@ -412,7 +412,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
         from .quant import format_cache_file
 
         if torch_prefill.wanted(choice.target_prefill_torch):
-            cached = format_cache_file(cache_dir(spec.target, home), "prefill-w8a8", torch.float32)
+            cached = format_cache_file(cache_dir(spec.target, home), "prefill-w8a8-v2", torch.float32)
             torch_prefill.attach(target, model_dir(spec.target, home), cached,
                                  from_tokens=choice.target_prefill_torch_from)
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target, home))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,9 @@ from .kv_handoff import HandoffUnsupported, encode_state, parse_state, read_stat
 
 log = logging.getLogger(__name__)
 
-CHUNK = 256  # tokens per forward: long enough for the int8 matmul's speed; a cancel is checked between layers
+# Tokens per forward: a cancel (a keystroke) keeps the chunks that finished, so a chunk is what typing can lose; 128
+# runs at 198 tok/s here vs 206 for 256 and 161 for 64 (docs/benchmarks.md).
+CHUNK = 128
 # Fewer new tokens than this: llama.cpp prefills them itself (the handoff reads and rewrites the whole sequence).
 # The calibration measures the crossover per machine (`crossover`); this floor and the default without one come from
 # the Zen 4 of docs/benchmarks.md: 1.2-1.4x llama.cpp at 32 new tokens, 0.8-1.0x at 16.
@@ -176,7 +179,7 @@ class TorchPrefill:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Everything needed to rebuild this prefill without quantizing again (`from_tensors`)."""
-        out = {"embed": self.embed}
+        out = {"embed": self.embed.to(torch.float16)}  # numpy (load_cached) has no bfloat16; embeddings fit fp16
         for i, layer in enumerate(self.layers):
             for name, part in layer.items():
                 if isinstance(part, torch.Tensor):
@@ -254,7 +257,8 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lamb
     if kv.layout.n_layer != prefill.shape.layers:
         raise HandoffUnsupported(f"{kv.layout.n_layer} layers in llama.cpp, {prefill.shape.layers} here")
     keys, values = as_tensors(kv.keys), as_tensors(kv.values)
-    done = len(cache.ids)
+    done = started_at = len(cache.ids)
+    started = time.perf_counter()
     try:
         with torch.inference_mode():
             for start in range(done, len(ids), CHUNK):
@@ -271,6 +275,8 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lamb
         if done > len(cache.ids):
             write_state(model, cache.seq, encode_state(kv.layout, cache.seq, keys, values))
             cache.ids = list(ids[:done])
+        log.debug("torch prefill seq %d: %d reused, %d of %d new in %.0f ms", cache.seq, started_at,
+                  done - started_at, len(ids) - started_at, 1000 * (time.perf_counter() - started))
 
 
 def crossover(llamacpp_s: dict[int, float], torch_s: dict[int, float], floor: int = HANDOFF_MIN_TOKENS) -> int:
@@ -317,30 +323,42 @@ def as_tensors(arrays: list[np.ndarray]) -> list[torch.Tensor]:
 
 
 def load_cached(model_dir: Path, cache_file: Path, kind: str = "w8a8") -> TorchPrefill:
-    """The prefill for the transformers checkpoint in model_dir: quantized once (~10 s for the 1.5B on 2 cores) and
-    kept in cache_file, read back on later starts (~2 s)."""
+    """The prefill for the transformers checkpoint in model_dir, from cache_file; built first where it is missing
+    (~15 s for the 1.5B on 2 cores), in a subprocess.
+
+    Why a subprocess and numpy: a multi-threaded torch op run on the loading thread (quantizing, or a parallel
+    `clone` of the loaded tensors) leaves a second OpenMP thread pool in the server, and with it the engine's later
+    small passes ran slower: on the demo trace at real speed, suggestions shown in time fell from 47-51 % to 29-32 %
+    (a 1.8 GB torch clone on the loading thread alone reproduced it; the same memory from numpy did not)."""
+    import subprocess
+    import sys
+
     from safetensors import safe_open
-    from safetensors.torch import save_file
     from transformers import AutoConfig
 
     shape = Qwen2Shape.from_config(AutoConfig.from_pretrained(model_dir))
-    if cache_file.is_file():
-        try:
-            with safe_open(str(cache_file), "pt") as f:  # one tensor at a time: no second copy of the whole file
-                tensors = {name: f.get_tensor(name).clone() for name in f.keys()}
-            return TorchPrefill.from_tensors(tensors, shape, kind)
-        except Exception as exc:  # half-written or from another layout: rebuild it
-            log.warning("prefill cache %s unusable (%s); rebuilding it", cache_file, exc)
-            cache_file.unlink(missing_ok=True)
-    prefill = TorchPrefill.from_model_dir(model_dir, kind)
+    if not cache_file.is_file():
+        done = subprocess.run([sys.executable, "-m", "engine.torch_prefill", str(model_dir), str(cache_file), kind],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or not cache_file.is_file():
+            raise ValueError(f"building {cache_file.name} failed: {done.stderr.strip()[-500:]}")
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache_file.with_suffix(".partial")
-        save_file({k: v.contiguous() for k, v in prefill.tensors().items()}, str(partial))
-        partial.replace(cache_file)
-    except OSError as exc:
-        log.warning("could not cache the prefill weights in %s (%s)", cache_file, exc)
-    return prefill
+        with safe_open(str(cache_file), "np") as f:  # numpy copies: no torch op on this thread
+            tensors = {name: torch.from_numpy(f.get_tensor(name)) for name in f.keys()}
+        return TorchPrefill.from_tensors(tensors, shape, kind)
+    except Exception as exc:  # half-written or from another layout: rebuilt at the next load
+        cache_file.unlink(missing_ok=True)
+        raise ValueError(f"prefill cache {cache_file} unusable ({exc}); it is rebuilt at the next start") from exc
+
+
+def build_cache(model_dir: Path, cache_file: Path, kind: str = "w8a8") -> None:
+    from safetensors.torch import save_file
+
+    prefill = TorchPrefill.from_model_dir(model_dir, kind)
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache_file.with_suffix(".partial")
+    save_file({k: v.contiguous() for k, v in prefill.tensors().items()}, str(partial))
+    partial.replace(cache_file)
 
 
 def wanted(calibrated: bool) -> bool:
@@ -369,3 +387,9 @@ def attach(model, model_dir: Path, cache_file: Path, label: str = "target", from
     log.info("%s prefills %d+ new prompt tokens in torch w8a8 (keys/values handed to llama.cpp)", label,
              model.torch_prefill_from)
     return True
+
+
+if __name__ == "__main__":  # load_cached builds the cache here, in its own process
+    import sys
+
+    build_cache(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])

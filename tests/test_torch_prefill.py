@@ -239,9 +239,11 @@ def test_the_environment_can_force_it(monkeypatch, setting, calibrated, expected
 def test_attach_quantizes_once_then_reads_the_cache(target, tmp_path):
     """A checkpoint directory as `codecue-models fetch` leaves it: the first attach quantizes and writes the cache,
     the second reads it back and computes the same keys and values."""
+    import copy
+
     model, torch_model = target
     model_dir = tmp_path / "model"
-    torch_model.save_pretrained(model_dir)
+    copy.deepcopy(torch_model).to(torch.bfloat16).save_pretrained(model_dir)  # as `codecue-models fetch` converts
     cache_file = tmp_path / "formats" / "prefill-w8a8.safetensors"
     ids = random_prompt(11, length=70)
     outputs = []
