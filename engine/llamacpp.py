@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from .interrupt import PassCancelled
-from .types import CancelToken
 from .kvcache import common_prefix_length
+from .torch_prefill import HANDOFF_MIN_TOKENS, HandoffUnsupported, TorchPrefill, crossover, handoff_prefill
+from .types import CancelToken
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class LlamaCppModel:
         # engine/torch_prefill.TorchPrefill: prompt extensions of at least torch_prefill_from new tokens run there
         # and their keys/values are handed over (set by the loader where the calibration measured it faster).
         self.torch_prefill = None
-        self.torch_prefill_from = 32
+        self.torch_prefill_from = HANDOFF_MIN_TOKENS
 
     # --- what the engine asks of a model -----------------------------------------------------------------------------
     def new_cache(self) -> "LlamaCppCache":
@@ -277,8 +278,6 @@ class LlamaCppCache:
         reused = self.reuse_prefix(ids)
         helper = self.model.torch_prefill
         if helper is not None and len(ids) - reused >= self.model.torch_prefill_from:
-            from .torch_prefill import HandoffUnsupported, handoff_prefill
-
             try:
                 handoff_prefill(self, helper, ids, cancelled)
                 return reused, len(self.ids) - reused
@@ -314,21 +313,13 @@ def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens
         tokens = rng.integers(100, min(model.n_vocab, 30_000), size=context_tokens + prefill_tokens + 32).tolist()
         cache = LlamaCppCache(model)
         cache.forward(tokens[:PREFILL_CHUNK], logits="none")  # warm-up: page the weights in
-        prefill_s = float("inf")
-        for _ in range(2):
-            cache.truncate(0)
-            started = time.perf_counter()
-            cache.extend_to(tokens[:prefill_tokens])
-            prefill_s = min(prefill_s, time.perf_counter() - started)
+        prefill_s = best_prefill_s(cache, tokens[:prefill_tokens])
         torch_tok_s, torch_from = 0.0, 0
         if torch_config is not None:
-            sizes = (min(64, prefill_tokens // 2), prefill_tokens)
-            ours = {n: best_prefill_s(cache, tokens[:n]) for n in sizes}
-            ours[prefill_tokens] = min(ours[prefill_tokens], prefill_s)
-            theirs = time_torch_prefill(model, cache, torch_config, tokens, sizes)
+            short = min(64, prefill_tokens // 2)
+            ours = {short: best_prefill_s(cache, tokens[:short]), prefill_tokens: prefill_s}
+            theirs = time_torch_prefill(model, cache, torch_config, tokens, tuple(ours))
             torch_tok_s = prefill_tokens / theirs[prefill_tokens]
-            from .torch_prefill import crossover
-
             torch_from = crossover(ours, theirs)
         cache.truncate(0)
         cache.extend_to(tokens[:context_tokens])
@@ -361,8 +352,6 @@ def best_prefill_s(cache: LlamaCppCache, tokens: list[int], reps: int = 2) -> fl
 def time_torch_prefill(model: LlamaCppModel, cache: LlamaCppCache, config, tokens: list[int], sizes) -> dict:
     """{n: seconds} to prefill the first n tokens in torch W8A8 (random weights, the real shapes) with the handover,
     best of 2 each."""
-    from .torch_prefill import TorchPrefill
-
     vocab = 4096
     tokens = [t % vocab for t in tokens]
     model.torch_prefill, model.torch_prefill_from = TorchPrefill.random(config, vocab=vocab), 1

@@ -75,6 +75,14 @@ def dense_linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: m.weight.detach() for name, m in model.named_modules() if isinstance(m, nn.Linear)}
 
 
+def quantize_rows_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per row, scaled by the row's largest magnitude: (q int8, scale [rows]) with x ≈ q·scale.
+    Weights (a row per output channel) and activations (a row per token, engine/torch_prefill.py) alike."""
+    x = x.float()
+    scales = x.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    return (x / scales[:, None]).round_().to(torch.int8), scales  # |x / scale| <= 127: no clamp needed
+
+
 class Int8Linear(QuantizedLinear):
     def __init__(self, linear: nn.Linear | None = None):
         super().__init__()
@@ -88,8 +96,8 @@ class Int8Linear(QuantizedLinear):
         return layer
 
     def _set(self, weight: torch.Tensor, bias, dtype) -> None:
-        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-        self.register_buffer("weight_int8", torch.round(weight / scales[:, None]).clamp(-128, 127).to(torch.int8))
+        weight_int8, scales = quantize_rows_int8(weight)
+        self.register_buffer("weight_int8", weight_int8)
         self.register_buffer("scales", scales.to(dtype))
         # A buffer, not a bare attribute: saved and loaded with the format cache, moved by .to().
         self.register_buffer("bias", bias.detach().to(dtype) if bias is not None else None)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .interrupt import PassCancelled
+from .quant import quantize_rows_int8
 from .kv_handoff import HandoffUnsupported, encode_state, parse_state, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -66,38 +67,40 @@ class Qwen2Shape:
         return cls(cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                    head_dim, float(theta), float(cfg.rms_norm_eps))
 
+    def inverse_frequencies(self) -> torch.Tensor:
+        half = self.head_dim // 2
+        return 1.0 / (self.rope_theta ** (torch.arange(0, half, dtype=torch.float64) / half))
+
 
 class Int8Weight:
     """W8A8: weights int8 per output channel, activations int8 per token, int32 accumulation (`torch._int_mm`)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        w = weight.detach().float()
-        scale = w.abs().amax(1).clamp(min=1e-12) / 127.0
-        self.weight_t = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8).t().contiguous()  # [in, out]
-        self.scale = scale
+        weight_int8, self.scale = quantize_rows_int8(weight.detach())
+        self.weight_t = weight_int8.t().contiguous()  # [in, out], as _int_mm takes it
         self.bias = None if bias is None else bias.detach().float()
 
     def state(self) -> dict[str, torch.Tensor]:
         return {"weight_t": self.weight_t, "scale": self.scale} | ({} if self.bias is None else {"bias": self.bias})
 
     @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor]) -> "Int8Weight":
+    def from_state(cls, tensors: dict[str, torch.Tensor], prefix: str) -> "Int8Weight":
         self = cls.__new__(cls)
-        self.weight_t, self.scale, self.bias = state["weight_t"], state["scale"], state.get("bias")
+        self.weight_t, self.scale, self.bias = tensors[prefix + "weight_t"], tensors[prefix + "scale"], \
+            tensors.get(prefix + "bias")
         return self
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0
-        xq = (x / x_scale).round_().to(torch.int8)
+        xq, x_scale = quantize_rows_int8(x)
         out = torch._int_mm(xq, self.weight_t).float()
-        out.mul_(x_scale).mul_(self.scale)
+        out.mul_(x_scale[:, None]).mul_(self.scale)
         if self.bias is not None:
             out.add_(self.bias)
         return out
 
 
 class DenseWeight:
-    """The same weights in floating point (tests, and machines where int8 matmul is not faster)."""
+    """The same weights in floating point: the tests' reference for the handoff itself (no int8 rounding)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype=torch.float32):
         self.weight, self.dtype = weight.detach().to(dtype).contiguous(), dtype
@@ -107,8 +110,9 @@ class DenseWeight:
         return {"weight": self.weight} | ({} if self.bias is None else {"bias": self.bias})
 
     @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor]) -> "DenseWeight":
-        return cls(state["weight"], state.get("bias"), state["weight"].dtype)
+    def from_state(cls, tensors: dict[str, torch.Tensor], prefix: str) -> "DenseWeight":
+        weight = tensors[prefix + "weight"]
+        return cls(weight, tensors.get(prefix + "bias"), weight.dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x.to(self.dtype), self.weight).float()
@@ -142,8 +146,7 @@ class TorchPrefill:
                 "down": make(state[p + "mlp.down_proj.weight"], None),
             })
         self.layers = [self.layers[i % len(self.layers)] for i in range(shape.layers)]
-        half = shape.head_dim // 2
-        self.inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, half, dtype=torch.float64) / half))
+        self.inv_freq = shape.inverse_frequencies()
 
     @classmethod
     def from_model_dir(cls, directory: Path, kind: str = "w8a8") -> "TorchPrefill":
@@ -198,11 +201,9 @@ class TorchPrefill:
             p = f"layers.{i}."
             layer = {name: tensors[p + name] for name in ("attn_norm", "mlp_norm")}
             for name in ("qkv", "o", "gate_up", "down"):
-                layer[name] = weight_cls.from_state({k[len(p + name) + 1:]: v for k, v in tensors.items()
-                                                     if k.startswith(p + name + ".")})
+                layer[name] = weight_cls.from_state(tensors, f"{p}{name}.")
             self.layers.append(layer)
-        half = shape.head_dim // 2
-        self.inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, half, dtype=torch.float64) / half))
+        self.inv_freq = shape.inverse_frequencies()
         return self
 
     def rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,15 +213,15 @@ class TorchPrefill:
     def forward_chunk(self, ids: list[int], start: int, keys: list[torch.Tensor], values: list[torch.Tensor],
                       cancelled=lambda: False):
         """Run ids at positions start.., after keys/values [layer] of shape [start, kv_heads * head_dim] (float32);
-        returns the new tokens' keys and values per layer, shaped the same way, rounded to float16 as llama.cpp
-        stores them (so where a chunk ends never changes what a later token sees). Raises PassCancelled between
-        layers once `cancelled()` says so."""
+        returns the keys and values of all start + len(ids) positions per layer, shaped the same way, the new ones
+        rounded to float16 as llama.cpp stores them (so where a chunk ends never changes what a later token sees).
+        Raises PassCancelled between layers once `cancelled()` says so."""
         s, n = self.shape, len(ids)
         x = self.embed[torch.tensor(ids)].float()
         cos, sin = self.rope(start, n)
         mask = torch.arange(start + n)[None, :] <= torch.arange(start, start + n)[:, None]
         q_size, kv_size = s.heads * s.head_dim, s.kv_heads * s.head_dim
-        new_keys, new_values = [], []
+        all_keys, all_values = [], []
         for layer, past_k, past_v in zip(self.layers, keys, values):
             h = rms_norm(x, layer["attn_norm"], s.eps)
             q, k, v = layer["qkv"](h).split([q_size, kv_size, kv_size], dim=1)
@@ -229,10 +230,10 @@ class TorchPrefill:
                 raise PassCancelled
             k = apply_rope(k.view(n, s.kv_heads, s.head_dim), cos, sin).reshape(n, kv_size).half().float()
             v = v.contiguous().half().float()
-            new_keys.append(k)
-            new_values.append(v)
             all_k = torch.cat([past_k, k]) if past_k.shape[0] else k
             all_v = torch.cat([past_v, v]) if past_v.shape[0] else v
+            all_keys.append(all_k)
+            all_values.append(all_v)
             attn = F.scaled_dot_product_attention(
                 q.transpose(0, 1), all_k.view(-1, s.kv_heads, s.head_dim).transpose(0, 1),
                 all_v.view(-1, s.kv_heads, s.head_dim).transpose(0, 1), attn_mask=mask, enable_gqa=True)
@@ -240,7 +241,7 @@ class TorchPrefill:
             h = rms_norm(x, layer["mlp_norm"], s.eps)
             gate, up = layer["gate_up"](h).chunk(2, dim=1)
             x = x + layer["down"](F.silu(gate).mul_(up))
-        return new_keys, new_values
+        return all_keys, all_values
 
 
 def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lambda: False) -> None:
@@ -265,9 +266,7 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lamb
                 if cancelled():
                     break
                 chunk = ids[start:start + CHUNK]
-                new_keys, new_values = prefill.forward_chunk(chunk, start, keys, values, cancelled)
-                keys = [torch.cat([k, n]) for k, n in zip(keys, new_keys)]
-                values = [torch.cat([v, n]) for v, n in zip(values, new_values)]
+                keys, values = prefill.forward_chunk(chunk, start, keys, values, cancelled)
                 done = start + len(chunk)
     except PassCancelled:
         pass
