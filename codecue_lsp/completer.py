@@ -31,6 +31,19 @@ def encode_built(engine, built) -> tuple[list[int], bytes]:
     return engine.heal_prompt(ids) if built.middle else (ids, b"")
 
 
+def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
+    """Prompt tokens the next keystroke's request will share: with the typed line after the FIM middle marker
+    (middle_from "line"), everything up to and including the marker; 0 in the cursor layout, where a keystroke
+    changes the prefix's end and shifts the suffix."""
+    if middle_from != "line":
+        return 0
+    marker = engine.special_token_id(engine.fim.middle)
+    for index in range(len(ids) - 1, -1, -1):
+        if ids[index] == marker:
+            return index + 1
+    return 0
+
+
 @dataclass
 class Prepared:
     built: object  # prompt.BuiltPrompt
@@ -55,6 +68,7 @@ class Completer:
         request = CompletionRequest(
             prompt_ids=ids,
             heal=heal,
+            shared_prefix=shared_prefix_length(self.engine, ids, settings.middle_from),
             max_new_tokens=settings.max_tokens,
             stop=make_stop_predicate(built),
             session=doc.uri,

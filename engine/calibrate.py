@@ -3,8 +3,8 @@
 For each model of a pair and each weight format x activation dtype (engine/quant.py), time on *this* machine:
 a pass over 1, 2, 4, 8 and 16 new tokens after a 256-token context (the K+1 widths of verification; the 1-token pass
 is also the draft step) and prefill tokens/s. The models are the real architectures from their config.json with
-random weights; only 4 distinct decoder layers are built and the real depth cycles through them, so a pass
-streams as many bytes as the real model while building and quantizing every format of both models stays cheap.
+random weights (engine/calibrate_torch.py). The measuring runs once, in a child process (`python -m
+engine.calibrate`), so that no torch or llama.cpp thread pool is left behind in the process that serves.
 
 Where llama-cpp-python is installed and the pair's GGUF files are on disk, llama.cpp times the real files first
 (format "llamacpp", a few seconds each) and its one-token pass shortlists the torch formats of the same model: one
@@ -19,21 +19,18 @@ torch version and the model's shapes; `codecue-models calibrate` re-measures. Fr
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
 import os
 import platform
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from .policy import expected_tokens, interpolate
-from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +38,6 @@ TARGET_FORMATS = ("gguf", "int8", "dense")  # keep the GGUF's precision: the tar
 DRAFT_FORMATS = ("int4", "int8", "dense")  # "gguf" only models a Q4_K_M file; the 0.5B file is mostly Q5_0 (int8 here)
 ACTIVATIONS = ("bfloat16", "float32")
 WIDTHS = (1, 2, 4, 8, 16)
-CONTEXT_TOKENS = 256
-PREFILL_TOKENS = 128
-DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3: no flattering cache hits
 # The draft model is loaded when it could pay: this speed-up at 90 % acceptance (code completions often reach it).
 # Whether it is used is then decided per document from the running acceptance (engine/policy.py).
 DRAFT_PAYS_AT = 1.1
@@ -118,12 +112,26 @@ def processor_name(device: str = "cpu") -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        name = cpu_name(Path("/proc/cpuinfo").read_text())
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        name = None
+    return name or platform.processor() or platform.machine()
+
+
+def cpu_name(cpuinfo: str) -> str | None:
+    """The first processor's model name from /proc/cpuinfo, with its family and model: cloud CPUs often say only
+    "AMD EPYC", and a Zen 3 (AVX2 only) and a Zen 4 (AVX-512) must not share a calibration."""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor only
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    if "model name" not in fields:
+        return None
+    if "cpu family" in fields and "model" in fields:
+        return f"{fields['model name']} (family {fields['cpu family']} model {fields['model']})"
+    return fields["model name"]
 
 
 def config_digest(config) -> str:
@@ -142,159 +150,6 @@ def machine_key(device: str, target_config, draft_config) -> dict:
 
 def key_string(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# --- measuring ----------------------------------------------------------------------------------------------------
-def best_ms(fn, reps: int = 3, budget_s: float = 0.4) -> float:
-    """Minimum of up to `reps` timed calls, fewer when a call is slow (a slow format needs no precision)."""
-    times: list[float] = []
-    spent = time.perf_counter()
-    while len(times) < reps and (not times or time.perf_counter() - spent < budget_s):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return 1000 * min(times)
-
-
-def slice_model(config, layers: int, seed: int = 0):
-    """The real architecture with `layers` decoder layers and random (seeded) weights, in fp32. The slice ties its
-    embedding to the output head: the same shapes, half the random initialisation."""
-    from transformers import AutoModelForCausalLM
-
-    config = copy.deepcopy(config)
-    config.num_hidden_layers = layers
-    config.tie_word_embeddings = True
-    if getattr(config, "layer_types", None):
-        config.layer_types = [config.layer_types[0]] * layers
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager").eval()
-
-
-def formatted(model, weights: str):
-    """A bf16 copy of the slice in `weights`, with its dense weights kept aside (`calibration_dense`) to time
-    prefill through them. For "gguf", odd layers keep v_proj and down_proj in int8, as a Q4_K_M file stores half
-    of them in Q6_K."""
-    model = copy.deepcopy(model).to(torch.bfloat16)
-    dense = {k: v.clone() for k, v in dense_linear_weights(model).items()} if weights != "dense" else None
-    if weights == "gguf":
-        for i, layer in enumerate(model.model.layers):
-            if i % 2:
-                layer.self_attn.v_proj = Int8Linear(layer.self_attn.v_proj)
-                layer.mlp.down_proj = Int8Linear(layer.mlp.down_proj)
-    model = apply_weight_format(model, weights, "cpu")
-    model.calibration_dense = dense
-    return model
-
-
-def full_depth(model, depth: int):
-    """The slice run as a model of the real depth: `depth` decoder layers that cycle through the slice's distinct
-    layers (shared weights, each with its own cache slot). Per token it streams as many bytes as the real model,
-    as long as the distinct layers together outgrow the last-level cache."""
-    distinct = list(model.model.layers)
-    layers = []
-    for i in range(depth):
-        layer = copy.copy(distinct[i % len(distinct)])
-        layer._modules = dict(layer._modules)
-        layer.self_attn = copy.copy(layer.self_attn)
-        layer.self_attn.layer_idx = i
-        layers.append(layer)
-    model.model.layers = torch.nn.ModuleList(layers)
-    model.config.num_hidden_layers = depth
-    if getattr(model.config, "layer_types", None):
-        model.config.layer_types = [model.config.layer_types[0]] * depth
-    return model
-
-
-def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
-                context: int | None = None) -> tuple[dict[int, float], float]:
-    """ms of a pass over each width after `context` tokens (CONTEXT_TOKENS), and ms to prefill PREFILL_TOKENS."""
-    from .kvcache import TrackedCache
-
-    context = CONTEXT_TOKENS if context is None else context
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(100, vocab - 100, (max(context, PREFILL_TOKENS) + max(widths),), generator=gen).tolist()
-    cache = TrackedCache(model)
-    prefill_ms = 0.0
-    with torch.inference_mode():
-        cache.forward(ids[:8], logits="none")  # warm-up: first-call allocations stay out of the timings
-        if prefill:
-            def run_prefill():
-                cache.truncate(0)
-                cache.forward(ids[:PREFILL_TOKENS], logits="none")
-            prefill_ms = best_ms(run_prefill, reps=2)
-        cache.truncate(0)
-        cache.forward(ids[:context], logits="none")
-        out = {}
-        for n in widths:
-            def verify(n=n):
-                cache.forward(ids[context:context + n], logits="all")
-                cache.truncate(context)
-            out[n] = best_ms(verify)
-    return out, prefill_ms
-
-
-def screen_ms(model) -> float:
-    """One-token pass after a one-token context: cheap even for a slow kernel (no prefill to pay for)."""
-    from .kvcache import TrackedCache
-
-    cache = TrackedCache(model)
-    with torch.inference_mode():
-        cache.forward([100], logits="none")  # first-call allocations stay out of the timing
-
-        def step():
-            cache.forward([101], logits="all")
-            cache.truncate(1)
-        return best_ms(step, reps=2, budget_s=0.2)
-
-
-def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0,
-                 best_one: float = float("inf")) -> list[Measurement]:
-    """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
-    `screen` x the best so far (best_one: a one-token pass measured before, e.g. llama.cpp's) is recorded with that
-    figure only: a measured shortlist (the slow kernels cost seconds a call on 2 cores)."""
-    base = slice_model(config, min(DISTINCT_LAYERS, config.num_hidden_layers))
-    models = {weights: full_depth(formatted(base, weights), config.num_hidden_layers) for weights in formats}
-    del base
-    results = []
-    for act in activations:  # bf16 first: where its kernels are fast, fp32 is screened out cheaply
-        for weights in formats:
-            model = models[weights].to(getattr(torch, act))
-            one_token = screen_ms(model)
-            if one_token > screen * best_one:
-                results.append(Measurement(role, weights, act, {1: round(one_token, 2)}, 0.0))
-            else:
-                best_one = min(best_one, one_token)
-                passes, prefill_ms = time_passes(model, config.vocab_size)
-                dense_tok_s = 0.0
-                if model.calibration_dense:
-                    set_prefill_weights(model, model.calibration_dense)
-                    dense_tok_s = 1000 * PREFILL_TOKENS / time_passes(model, config.vocab_size, (1,))[1]
-                    set_prefill_weights(model, None)
-                results.append(Measurement(role, weights, act, {w: round(v, 2) for w, v in passes.items()},
-                                           round(1000 * PREFILL_TOKENS / prefill_ms, 1), round(dense_tok_s, 1)))
-            if progress is not None:
-                progress.update(1)
-    return results
-
-
-def calibrate(target_config, draft_config=None, device: str = "cpu", formats: dict | None = None,
-              progress: bool = True, measured_first: list[Measurement] = ()) -> Calibration:
-    """measured_first: rows timed before (llama.cpp's, a few seconds): kept, and their one-token pass shortlists
-    the torch formats of the same role, so a machine where llama.cpp is far faster skips timing the slow ones."""
-    from tqdm import tqdm
-
-    formats = formats or {"target": TARGET_FORMATS, "draft": DRAFT_FORMATS}
-    started = time.perf_counter()
-    cal = Calibration(key=machine_key(device, target_config, draft_config), measurements=list(measured_first))
-    roles = [("target", target_config)] + ([("draft", draft_config)] if draft_config is not None else [])
-    total = sum(len(formats[r]) * len(ACTIVATIONS) for r, _ in roles)
-    with tqdm(total=total, desc="calibrating formats on this machine", disable=not progress, unit="format") as bar:
-        for role, config in roles:
-            best_one = min((m.pass_ms[1] for m in measured_first if m.role == role and 1 in m.pass_ms),
-                           default=float("inf"))
-            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar, best_one=best_one)
-    cal.seconds = round(time.perf_counter() - started, 1)
-    return cal
 
 
 # --- choosing -----------------------------------------------------------------------------------------------------
@@ -366,15 +221,23 @@ def save(home: Path, cal: Calibration) -> None:
 
 
 def calibration_for(home: Path, target_config, draft_config=None, device: str = "cpu", force: bool = False,
-                    progress: bool = True, gguf_files: dict | None = None) -> Calibration:
+                    progress: bool = True, gguf_files: dict | None = None, in_process: bool = False) -> Calibration:
     """The cached table for this machine and pair, measuring it first when there is none (once per machine).
     gguf_files ({role: path}): also time those files in llama.cpp where it is installed (a few seconds each; added
-    to a cached table that lacks them)."""
+    to a cached table that lacks them). The measuring runs in a child process unless in_process: torch and
+    llama.cpp ops on the caller's thread (the server's loading thread) would leave OpenMP thread pools beside the
+    engine's, and the engine's short passes then run late (docs/benchmarks.md, "2026-12-01 (third)")."""
     key = machine_key(device, target_config, draft_config)
     cal = None if force else load_cached(home, key)
+    if not in_process and (cal is None or lacks_llamacpp(cal, gguf_files or {}, device)):
+        measured = measured_in_child(home, target_config, draft_config, device, force, progress, gguf_files)
+        if measured is not None:
+            return measured
     if cal is None:
         log.info("calibrating weight formats on %s (once per machine)", key["processor"])
         started = time.perf_counter()
+        from .calibrate_torch import calibrate
+
         first = llamacpp_rows(gguf_files or {}, device, configs={"target": target_config})
         cal = calibrate(target_config, draft_config, device, progress=progress, measured_first=first)
         cal.seconds = round(time.perf_counter() - started, 1)
@@ -384,11 +247,69 @@ def calibration_for(home: Path, target_config, draft_config=None, device: str = 
     return cal
 
 
+def measured_in_child(home: Path, target_config, draft_config, device: str, force: bool, progress: bool,
+                      gguf_files: dict | None) -> Calibration | None:
+    """calibration_for in a child process (`python -m engine.calibrate`), which saves the table; None (and a log
+    line) when the child fails or keys the machine differently, and the caller measures itself."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="codecue-calibrate-") as tmp:
+        cmd = [sys.executable, "-m", "engine.calibrate", "--home", str(home), "--device", device,
+               "--threads", str(torch.get_num_threads())]
+        for role, config in (("target", target_config), ("draft", draft_config)):
+            if config is not None:
+                config.save_pretrained(Path(tmp) / role)
+                cmd += [f"--{role}-config", str(Path(tmp) / role)]
+        for role, path in (gguf_files or {}).items():
+            cmd += [f"--{role}-gguf", str(path)]
+        cmd += ["--force"] if force else []
+        cmd += [] if progress else ["--quiet"]
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=None if progress else subprocess.PIPE)
+    cal = load_cached(home, machine_key(device, target_config, draft_config))
+    if done.returncode != 0 or cal is None:
+        log.warning("calibrating in a child process failed (exit %s%s); measuring here", done.returncode,
+                    f": {done.stderr.decode(errors='replace')[-500:]}" if done.stderr else "")
+        return None
+    return cal
+
+
+def main(argv=None) -> int:
+    """The child of measured_in_child: measure, save the table in --home, exit."""
+    import argparse
+
+    from transformers import AutoConfig
+
+    parser = argparse.ArgumentParser(prog="python -m engine.calibrate")
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--target-config", type=Path, required=True)
+    parser.add_argument("--draft-config", type=Path)
+    parser.add_argument("--target-gguf", type=Path)
+    parser.add_argument("--draft-gguf", type=Path)
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING)
+    target = AutoConfig.from_pretrained(args.target_config)
+    draft = AutoConfig.from_pretrained(args.draft_config) if args.draft_config else None
+    ggufs = {role: path for role, path in (("target", args.target_gguf), ("draft", args.draft_gguf)) if path}
+    calibration_for(args.home, target, draft, args.device, force=args.force, progress=not args.quiet,
+                    gguf_files=ggufs, in_process=True)
+    return 0
+
+
 def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] = (),
                   configs: dict | None = None) -> list[Measurement]:
     """The real GGUF files timed in llama.cpp (format "llamacpp"), for each role that `have` has no such row for.
     configs ({role: config}): also time a torch prefill of that architecture handing its keys/values over."""
-    from . import llamacpp, torch_prefill
+    from . import calibrate_llamacpp, llamacpp, torch_prefill
 
     if device != "cpu" or not gguf_files or not llamacpp.available():
         return []
@@ -398,8 +319,17 @@ def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] =
             log.info("timing %s in llama.cpp (%s)", role, path)
             config = (configs or {}).get(role)
             torch_config = config if config is not None and torch_prefill.supports(config) else None
-            rows.append(llamacpp.measure(role, path, torch_config=torch_config))
+            rows.append(calibrate_llamacpp.measure(role, path, torch_config=torch_config))
     return rows
+
+
+def lacks_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
+    """True when a GGUF of the pair could be timed in llama.cpp and the table has no row for it yet."""
+    from . import llamacpp
+
+    return device == "cpu" and llamacpp.available() and any(
+        path is not None and not any(m.role == role and m.weights == "llamacpp" for m in cal.measurements)
+        for role, path in gguf_files.items())
 
 
 def add_llamacpp(cal: Calibration, gguf_files: dict, device: str, configs: dict | None = None) -> bool:
@@ -418,7 +348,7 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
     for m in cal.measurements:
         cells = " ".join(f"{m.pass_ms[w]:7.1f}ms" if w in m.pass_ms else f"{'-':>9s}" for w in WIDTHS)
         dense = f" (dense {m.prefill_dense_tok_s:.0f})" if m.prefill_dense_tok_s else ""
-        dense += (f" (torch w8a8 {m.prefill_torch_tok_s:.0f}, faster from "
+        dense += (f" (torch w8a8 {m.prefill_torch_tok_s:.3g}, faster from "
                   f"{m.prefill_torch_from or 'no'} tokens)" if m.prefill_torch_tok_s else "")
         tail = (f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms{dense}" if m.complete
                 else "  (screened out: slow)")
@@ -432,3 +362,7 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
                      + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "
                         f"{choice.expected_draft_speedup:.2f}x at {DRAFT_ALPHA:.0%} acceptance)" if choice.draft_weights else ""))
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

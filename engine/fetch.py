@@ -391,7 +391,8 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
 
     from .calibrate import (DRAFT_FORMATS, TARGET_FORMATS, calibration_for, choose, format_table, load_cached,
                             machine_key)
-    from .models import llamacpp_available, model_config, resolve_formats
+    from .machine_choice import llamacpp_available, resolve_formats
+    from .models import model_config
 
     if not all(is_ready(spec, home) for _, spec in pair_models(pair)):
         return False

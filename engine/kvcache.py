@@ -23,6 +23,20 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return lo
 
 
+def prefill_pieces(start: int, end: int, chunk: int, shared: int = 0):
+    """(first, last, finish) for each prefill pass over positions start..end, `chunk` tokens each, cut where the
+    `shared` prefix ends. finish: the pass lies inside that prefix, which the next keystroke's request will reuse (the
+    prompt before the FIM middle, CompletionRequest.shared_prefix), so a cancel lets it end instead of throwing away
+    its work; the caller still stops before the next pass. Without this, a slow CPU that aborts every pass on the
+    next keystroke never gets through a long prompt while the user types (docs/benchmarks.md)."""
+    while start < end:
+        stop = min(start + chunk, end)
+        if start < shared < stop:
+            stop = shared
+        yield start, stop, stop <= shared
+        start = stop
+
+
 def cache_for(model):
     """A new, empty cache for one session of model: its own kind when it has one (engine/llamacpp.py), else a
     TrackedCache over transformers' caches."""
@@ -101,15 +115,17 @@ class TrackedCache:
         self.truncate(keep)
         return keep
 
-    def extend_to(self, ids: list[int], chunk: int = 512, cancelled=lambda: False) -> tuple[int, int]:
+    def extend_to(self, ids: list[int], chunk: int = 512, cancelled=lambda: False,
+                  shared: int = 0) -> tuple[int, int]:
         """Make the cache hold exactly ids, reusing the common prefix; prefill the rest in chunks. A cancel stops
-        the prefill within one decoder layer, keeping the chunks done so far. Returns (reused, computed)."""
+        the prefill within one decoder layer, keeping the chunks done so far, except that a chunk inside the first
+        `shared` tokens ends first (prefill_pieces). Returns (reused, computed)."""
         reused = self.reuse_prefix(ids)
-        for start in range(reused, len(ids), chunk):
+        for start, stop, finish in prefill_pieces(reused, len(ids), chunk, shared):
             if cancelled():  # a model without a layer gate can still stop between chunks
                 break
             try:
-                self.forward(ids[start:start + chunk], logits="none", cancelled=cancelled)
+                self.forward(ids[start:stop], logits="none", cancelled=None if finish else cancelled)
             except PassCancelled:
                 break
         return reused, len(self.ids) - reused

@@ -20,7 +20,6 @@ import ctypes.util
 import logging
 import os
 import threading
-import time
 from collections import deque
 from pathlib import Path
 
@@ -28,8 +27,8 @@ import numpy as np
 import torch
 
 from .interrupt import PassCancelled
-from .kvcache import common_prefix_length
-from .torch_prefill import HANDOFF_MIN_TOKENS, HandoffUnsupported, TorchPrefill, crossover, handoff_prefill
+from .kvcache import common_prefix_length, prefill_pieces
+from .torch_prefill import HANDOFF_MIN_TOKENS, HandoffUnsupported, handoff_prefill
 from .types import CancelToken
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,24 @@ N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, a one-off req
 N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
 # Prefill chunk: 64-512 tokens prefill within noise of each other on 2 Zen 4 cores (1.5B Q4_K_M, 65-94 tok/s, busy
 # machine); a cancel stops a chunk between graph nodes anyway, and between chunks a plain `cancelled()` is asked.
+# But the chunk a keystroke aborts is lost: on a slow CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes
+# 2.5 s, longer than the gaps between keystrokes, so a long prompt made no progress while the user typed. The loader
+# sizes the chunk from the calibrated prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS a chunk.
 PREFILL_CHUNK = 128
+MIN_PREFILL_CHUNK = 16  # smaller passes lose too much efficiency (Zen 3: pp4 37 tok/s, pp16 54, pp256 62)
+CHUNK_SECONDS = 0.3
+
+
+def prefill_chunk_for(tok_s: float) -> int:
+    """Tokens per prefill pass at this measured rate: the largest power-of-two chunk from PREFILL_CHUNK down that
+    takes at most CHUNK_SECONDS, never below MIN_PREFILL_CHUNK. CODECUE_PREFILL_CHUNK=N overrides it."""
+    setting = os.environ.get("CODECUE_PREFILL_CHUNK", "auto").strip().lower()
+    if setting != "auto":
+        return max(1, int(setting))
+    chunk = PREFILL_CHUNK
+    while chunk > MIN_PREFILL_CHUNK and tok_s > 0 and chunk / tok_s > CHUNK_SECONDS:
+        chunk //= 2
+    return chunk
 
 
 def available() -> bool:
@@ -141,6 +157,7 @@ class LlamaCppModel:
         # and their keys/values are handed over (set by the loader where the calibration measured it faster).
         self.torch_prefill = None
         self.torch_prefill_from = HANDOFF_MIN_TOKENS
+        self.prefill_chunk = PREFILL_CHUNK  # set by the loader from the calibrated prefill rate (prefill_chunk_for)
 
     # --- what the engine asks of a model -----------------------------------------------------------------------------
     def new_cache(self) -> "LlamaCppCache":
@@ -272,25 +289,27 @@ class LlamaCppCache:
         self.truncate(keep)
         return keep
 
-    def extend_to(self, ids: list[int], chunk: int = PREFILL_CHUNK, cancelled=lambda: False) -> tuple[int, int]:
-        """As TrackedCache.extend_to, in chunks of PREFILL_CHUNK tokens; through the model's torch prefill when it
-        has one and at least `torch_prefill_from` tokens are new."""
+    def extend_to(self, ids: list[int], chunk: int | None = None, cancelled=lambda: False,
+                  shared: int = 0) -> tuple[int, int]:
+        """As TrackedCache.extend_to, in chunks of the model's `prefill_chunk` tokens; through the model's torch
+        prefill when it has one and at least `torch_prefill_from` tokens are new."""
+        chunk = chunk or self.model.prefill_chunk
         reused = self.reuse_prefix(ids)
         helper = self.model.torch_prefill
         if helper is not None and len(ids) - reused >= self.model.torch_prefill_from:
             try:
-                handoff_prefill(self, helper, ids, cancelled)
+                handoff_prefill(self, helper, ids, cancelled, shared)
                 return reused, len(self.ids) - reused
             except PassCancelled:
                 return reused, len(self.ids) - reused
             except HandoffUnsupported as exc:
                 log.warning("torch prefill off for %s: %s", self.model.label, exc)
                 self.model.torch_prefill = None
-        for start in range(len(self.ids), len(ids), chunk):
+        for start, stop, finish in prefill_pieces(len(self.ids), len(ids), chunk, shared):
             if cancelled():
                 break
             try:
-                self.forward(ids[start:start + chunk], logits="none", cancelled=cancelled)
+                self.forward(ids[start:stop], logits="none", cancelled=None if finish else cancelled)
             except PassCancelled:
                 break
         log.debug("llama.cpp prefill seq %d: %d reused, %d of %d new", self.seq, reused, len(self.ids) - reused,
@@ -299,63 +318,3 @@ class LlamaCppCache:
 
 
 # --- calibration -----------------------------------------------------------------------------------------------------
-def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens: int = 256,
-            prefill_tokens: int = 256, reps: int = 3, torch_config=None):
-    """This machine's pass costs for one GGUF in llama.cpp, as a calibrate.Measurement (weights "llamacpp",
-    activations "ggml": llama.cpp quantizes activations to match each weight type itself). Passes after a
-    context_tokens context, best of reps; prefill in the engine's chunk size. torch_config (the model's
-    transformers config): also the same prefill in torch W8A8 with random weights, handed over to llama.cpp."""
-    from .calibrate import Measurement
-
-    model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=1024, label=role)
-    try:
-        rng = np.random.default_rng(0)
-        tokens = rng.integers(100, min(model.n_vocab, 30_000), size=context_tokens + prefill_tokens + 32).tolist()
-        cache = LlamaCppCache(model)
-        cache.forward(tokens[:PREFILL_CHUNK], logits="none")  # warm-up: page the weights in
-        prefill_s = best_prefill_s(cache, tokens[:prefill_tokens])
-        torch_tok_s, torch_from = 0.0, 0
-        if torch_config is not None:
-            short = min(64, prefill_tokens // 2)
-            ours = {short: best_prefill_s(cache, tokens[:short]), prefill_tokens: prefill_s}
-            theirs = time_torch_prefill(model, cache, torch_config, tokens, tuple(ours))
-            torch_tok_s = prefill_tokens / theirs[prefill_tokens]
-            torch_from = crossover(ours, theirs)
-        cache.truncate(0)
-        cache.extend_to(tokens[:context_tokens])
-        pass_ms = {}
-        for width in widths:
-            best = float("inf")
-            for _ in range(reps):
-                started = time.perf_counter()
-                cache.forward(tokens[context_tokens:context_tokens + width], logits="all")
-                best = min(best, time.perf_counter() - started)
-                cache.truncate(context_tokens)
-            pass_ms[width] = round(1000 * best, 2)
-        del cache
-    finally:
-        model.close()
-    return Measurement(role, "llamacpp", "ggml", pass_ms, round(prefill_tokens / prefill_s, 1),
-                       prefill_torch_tok_s=round(torch_tok_s, 1), prefill_torch_from=torch_from)
-
-
-def best_prefill_s(cache: LlamaCppCache, tokens: list[int], reps: int = 2) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        cache.truncate(0)
-        started = time.perf_counter()
-        cache.extend_to(tokens)
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
-def time_torch_prefill(model: LlamaCppModel, cache: LlamaCppCache, config, tokens: list[int], sizes) -> dict:
-    """{n: seconds} to prefill the first n tokens in torch W8A8 (random weights, the real shapes) with the handover,
-    best of 2 each."""
-    vocab = 4096
-    tokens = [t % vocab for t in tokens]
-    model.torch_prefill, model.torch_prefill_from = TorchPrefill.random(config, vocab=vocab), 1
-    try:
-        return {n: best_prefill_s(cache, tokens[:n]) for n in sizes}
-    finally:
-        model.torch_prefill = None

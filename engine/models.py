@@ -334,60 +334,11 @@ def model_config(spec: ModelSpec, home: Path | None = None):
     return AutoConfig.from_pretrained(model_dir(spec, home))
 
 
-def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: str | None, draft_weights: str | None,
-                    dtype: str | None, progress: bool = False, force: bool = False):
-    """Formats and dtypes to load, from explicit settings or this machine's calibration: returns
-    (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here). force: measure
-    again even where a table is cached (`codecue-models calibrate`)."""
-    from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, Choice, calibration_for, choose
-    from .quant import canonical_format
-
-    target_weights = canonical_format(target_weights or os.environ.get("CODECUE_TARGET_WEIGHTS")
-                                      or spec.target_weights)
-    draft_weights = canonical_format(draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights)
-    dtype = dtype or os.environ.get("CODECUE_DTYPE") or spec.activations
-    if device.type == "cuda":
-        act = "bfloat16" if dtype == "auto" else dtype
-        return Choice("dense", act, "dense" if spec.draft else None, act if spec.draft else None, spec.draft is not None), None
-    if "auto" not in (target_weights, draft_weights, dtype):
-        return Choice(target_weights, activations_of(target_weights, dtype), draft_weights if spec.draft else None,
-                      activations_of(draft_weights, dtype) if spec.draft else None, spec.draft is not None), None
-    draft_config = model_config(spec.draft, home) if spec.draft else None
-    # llama.cpp's kernels compete where llama-cpp-python is installed and the GGUF is on disk, when the format
-    # is left to the calibration; they are timed on the real file.
-    with_llamacpp = dtype == "auto" and llamacpp_available()
-    ggufs = {role: gguf_file(model, home) for role, model in (("target", spec.target), ("draft", spec.draft))
-             if model is not None and with_llamacpp}
-    cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
-                          force=force, progress=progress, gguf_files={r: p for r, p in ggufs.items() if p is not None})
-    def candidates(asked: str, formats: tuple, role: str) -> tuple:
-        if asked != "auto":
-            return (asked,)
-        return formats + (("llamacpp",) if ggufs.get(role) is not None else ())
-    choice = choose(cal, candidates(target_weights, TARGET_FORMATS, "target"),
-                    candidates(draft_weights, DRAFT_FORMATS, "draft"),
-                    ACTIVATIONS if dtype == "auto" else (dtype,))
-    if draft_weights != "auto" and spec.draft:
-        choice.draft_model = True  # asked for by name: load it even where it does not pay
-    return choice, cal
-
-
-def activations_of(weights: str, dtype: str) -> str:
-    """llama.cpp chooses its own activation types; torch formats run in the asked dtype."""
-    return "ggml" if weights == "llamacpp" else dtype
-
-
-def llamacpp_available() -> bool:
-    from . import llamacpp
-
-    return llamacpp.available()
-
-
 def load_pair(name: str = "default", *, device: str | None = None, dtype: str | None = None,
               with_draft: bool | None = None, config: ModelsConfig | None = None, home: Path | None = None,
               target_weights: str | None = None, draft_weights: str | None = None,
               compile: bool | None = None, progress: bool = False) -> LoadedPair:
-    """Load a pair in the formats this machine runs fastest (see resolve_formats). Explicit arguments, then the
+    """Load a pair in the formats this machine runs fastest (see engine/machine_choice.resolve_formats). Explicit arguments, then the
     environment (CODECUE_TARGET_WEIGHTS, CODECUE_DRAFT_WEIGHTS, CODECUE_DTYPE), then models.toml decide; "auto" asks
     the calibration. with_draft: True loads the draft model, False never, None as the calibration says it pays.
     compile: compiled static steps for both models (None: env CODECUE_COMPILE, else the pair's `compile`)."""
@@ -395,6 +346,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     from transformers import AutoTokenizer
 
     from .local_models import check_pair
+    from .machine_choice import pass_costs_from, resolve_formats, size_prefill_chunks
 
     config = config or load_config()
     spec = config.pair(name)
@@ -407,6 +359,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     draft_dtype = torch_dtype(choice.draft_activations) if load_draft else None
     draft = (load_model(spec.draft, dev, draft_dtype, home, choice.draft_weights, choice.draft_prefill_dense)
              if load_draft else None)
+    size_prefill_chunks(cal, choice, target, draft if load_draft else None)
     if choice.target_weights == "llamacpp":
         from . import torch_prefill
         from .quant import format_cache_file
@@ -437,18 +390,6 @@ def torch_dtype(activations: str):
     import torch
 
     return torch.float32 if activations == "ggml" else getattr(torch, activations)
-
-
-def pass_costs_from(cal, choice):
-    """The calibrated pass costs of the chosen formats, for the drafting policy (engine/policy.py)."""
-    from .policy import PassCosts
-
-    target = cal.get("target", choice.target_weights, choice.target_activations)
-    draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
-    if target is None:
-        return None
-    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None,
-                     draft_prefill_ms=1000 / draft.prefill_used_tok_s if draft is not None and draft.complete else None)
 
 
 def write_ready_marker(name: str, info: dict, home: Path | None = None) -> None:

@@ -118,7 +118,8 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         raise ValueError("empty prompt")
     # Prefill everything but the last prompt token, reusing the session's cached prefix.
     on_phase("prefill")
-    stats.reused_prompt_tokens, stats.new_prompt_tokens = target.extend_to(prompt[:-1], cancelled=cancel.is_set)
+    stats.reused_prompt_tokens, stats.new_prompt_tokens = target.extend_to(prompt[:-1], cancelled=cancel.is_set,
+                                                                           shared=request.shared_prefix)
     stats.seconds_prefill = time.perf_counter() - started
     tokens = prompt
 

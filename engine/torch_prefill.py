@@ -4,7 +4,7 @@ Why: on CPU, llama.cpp's Q4_K kernels decode fast (few bytes per weight) but pre
 4-bit unpacking is redone for every token), while oneDNN's int8 matmul (`torch._int_mm`, VNNI/AMX) is fast on long
 chunks. So a long prompt is prefilled here, weights int8 per output channel and activations quantized to int8 per
 token (W8A8), and its keys and values are handed to the llama.cpp sequence (engine/kv_handoff.py), which then decodes
-as before. Whether this pays is measured per machine (engine/llamacpp.py `measure`, `crossover` here), never
+as before. Whether this pays is measured per machine (engine/calibrate_llamacpp.py: `measure`, `crossover`), never
 assumed.
 
 The forward is Qwen2's, written out (gpt-fast style): RMSNorm, fused q/k/v with bias, RoPE (NeoX halves), grouped
@@ -14,7 +14,6 @@ so speculation stays exact against target alone in this format (engine/exactness
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .interrupt import PassCancelled
+from .kvcache import prefill_pieces
 from .quant import quantize_rows_int8
 from .kv_handoff import HandoffUnsupported, encode_state, parse_state, read_state, write_state
 
@@ -244,11 +244,16 @@ class TorchPrefill:
         return all_keys, all_values
 
 
-def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lambda: False) -> None:
+def never() -> bool:
+    return False
+
+
+def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=never, shared: int = 0) -> None:
     """Extend the llama.cpp cache `cache` (engine/llamacpp.py), already cut back to its common prefix with ids, to
     ids: the keys and values it holds are read out, the new tokens run here in chunks, and the whole sequence is
-    written back. A cancel keeps the chunks that finished. Raises HandoffUnsupported (nothing changed) where the
-    sequence state is in a layout engine/kv_handoff.py does not handle."""
+    written back. A cancel keeps the chunks that finished, and lets a chunk inside the first `shared` tokens end
+    (engine/kvcache.prefill_pieces). Raises HandoffUnsupported (nothing changed) where the sequence state is in a
+    layout engine/kv_handoff.py does not handle."""
     model = cache.model
     if not cache.ids:
         cache.forward(ids[:1], logits="none", cancelled=cancelled)  # one cell, so the state shows the layout
@@ -262,12 +267,12 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lamb
     started = time.perf_counter()
     try:
         with torch.inference_mode():
-            for start in range(done, len(ids), CHUNK):
+            for start, stop, finish in prefill_pieces(done, len(ids), CHUNK, shared):
                 if cancelled():
                     break
-                chunk = ids[start:start + CHUNK]
-                keys, values = prefill.forward_chunk(chunk, start, keys, values, cancelled)
-                done = start + len(chunk)
+                keys, values = prefill.forward_chunk(ids[start:stop], start, keys, values,
+                                                     never if finish else cancelled)
+                done = stop
     except PassCancelled:
         pass
     finally:
@@ -276,22 +281,6 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=lamb
             cache.ids = list(ids[:done])
         log.debug("torch prefill seq %d: %d reused, %d of %d new in %.0f ms", cache.seq, started_at,
                   done - started_at, len(ids) - started_at, 1000 * (time.perf_counter() - started))
-
-
-def crossover(llamacpp_s: dict[int, float], torch_s: dict[int, float], floor: int = HANDOFF_MIN_TOKENS) -> int:
-    """The fewest new tokens from which torch (with the handoff) prefills faster than llama.cpp, from each one's
-    seconds at two sizes (time = fixed cost + n x per-token cost); 0 where torch never catches up. Never below
-    `floor`: below ~32 tokens the int8 matmul loses the efficiency the straight line assumes."""
-    (n1, n2) = sorted(llamacpp_s)
-
-    def line(seconds):
-        per_token = (seconds[n2] - seconds[n1]) / (n2 - n1)
-        return seconds[n1] - per_token * n1, per_token
-    fixed_l, per_l = line(llamacpp_s)
-    fixed_t, per_t = line(torch_s)
-    if per_t >= per_l:
-        return 0
-    return max(floor, math.ceil(round((fixed_t - fixed_l) / (per_l - per_t), 6)))
 
 
 class LazyTensors:

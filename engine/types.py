@@ -60,6 +60,9 @@ class CompletionRequest:
     # Token healing (engine/healing.py): the bytes of the prompt's backed-off last token. The first generated token
     # must start with them, and the text returned (and seen by `stop`) is what follows them.
     heal: bytes = b""
+    # The first this-many prompt tokens are what the next keystroke's request will share (the prompt up to the FIM
+    # middle when the typed line comes after it): a cancel lets a prefill pass inside them end rather than lose it.
+    shared_prefix: int = 0
 
 
 @dataclass

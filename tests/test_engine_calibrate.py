@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from engine import calibrate as cal_mod
+from engine import calibrate_torch as timing
 from engine.calibrate import (Calibration, Measurement, WIDTHS, calibration_for, choose, expected_speedup,
-                              format_table, full_depth, load_cached, machine_key)
+                              format_table, load_cached, machine_key)
+from engine.calibrate_torch import full_depth
 from engine.testing import tiny_config
 
 
@@ -88,10 +90,10 @@ def test_full_depth_cycles_distinct_layers_with_their_own_cache_slots():
 
 
 def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
-    monkeypatch.setattr(cal_mod, "CONTEXT_TOKENS", 32)
-    monkeypatch.setattr(cal_mod, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
     target, draft = tiny_config(384, 3, hidden=64), tiny_config(384, 1, hidden=64)
-    first = calibration_for(tmp_path, target, draft, progress=False)
+    first = calibration_for(tmp_path, target, draft, progress=False, in_process=True)
     expected = {(role, w, a) for role, formats in (("target", cal_mod.TARGET_FORMATS), ("draft", cal_mod.DRAFT_FORMATS))
                 for w in formats for a in cal_mod.ACTIVATIONS}
     assert {(x.role, x.weights, x.activations) for x in first.measurements} == expected
@@ -99,7 +101,7 @@ def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
     assert complete and all(v > 0 for x in complete for v in x.pass_ms.values())
     assert all(x.prefill_tok_s > 0 for x in complete)
     # Cached: the second call measures nothing.
-    monkeypatch.setattr(cal_mod, "calibrate", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(timing, "calibrate", lambda *a, **k: pytest.fail("measured again"))
     again = calibration_for(tmp_path, target, draft, progress=False)
     assert [x.pass_ms for x in again.measurements] == [x.pass_ms for x in first.measurements]
     # Another processor or torch version is another machine: not in the cache.
@@ -114,11 +116,11 @@ def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
 
 def test_rows_measured_first_shortlist_the_torch_formats_of_their_role(monkeypatch):
     """llama.cpp's rows come first; a torch format over twice their one-token pass is only screened, not timed."""
-    monkeypatch.setattr(cal_mod, "CONTEXT_TOKENS", 32)
-    monkeypatch.setattr(cal_mod, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
     target, draft = tiny_config(384, 2, hidden=64), tiny_config(384, 1, hidden=64)
     far_faster = cal_mod.Measurement("target", "llamacpp", "ggml", {w: 1e-6 for w in cal_mod.WIDTHS}, 1e9)
-    cal = cal_mod.calibrate(target, draft, progress=False, measured_first=[far_faster])
+    cal = timing.calibrate(target, draft, progress=False, measured_first=[far_faster])
     assert cal.measurements[0] is far_faster
     torch_targets = [m for m in cal.measurements if m.role == "target" and m.weights != "llamacpp"]
     assert len(torch_targets) == len(cal_mod.TARGET_FORMATS) * len(cal_mod.ACTIVATIONS)
@@ -131,14 +133,17 @@ def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypat
     from engine.models import load_pair
     from engine.testing import build_tiny_pair
 
-    monkeypatch.setattr(cal_mod, "CONTEXT_TOKENS", 32)
-    monkeypatch.setattr(cal_mod, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
     home, toml = build_tiny_pair(tmp_path)
     toml.write_text(toml.read_text().replace('target_weights = "dense"', 'target_weights = "auto"')
                     .replace('draft_weights = "dense"', 'draft_weights = "auto"')
                     .replace('activations = "float32"', 'activations = "auto"'))
     monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
     monkeypatch.setenv("CODECUE_HOME", str(home))
+    # The load measures in a child process (no torch op on the loading thread leaves an OpenMP pool behind):
+    # measuring in this process fails the test.
+    monkeypatch.setattr(timing, "calibrate", lambda *a, **k: pytest.fail("measured in the loading process"))
     pair = load_pair("tiny", device="cpu", with_draft=True)
     assert (home / "calibration.json").is_file()
     choice = pair.choice
@@ -149,6 +154,28 @@ def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypat
     linears = [x for x in pair.target.modules() if isinstance(x, torch.nn.Linear)]
     assert (len(linears) == 0) == (choice.target_weights != "dense")
     # An explicit format skips nothing: the cached table still answers, nothing is measured again.
-    monkeypatch.setattr(cal_mod, "calibrate", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(cal_mod, "measured_in_child", lambda *a, **k: pytest.fail("measured again"))
     pinned = load_pair("tiny", device="cpu", target_weights="int8", dtype="auto", with_draft=False)
     assert pinned.target_weights == "int8" and pinned.draft is None
+
+
+def test_a_child_that_fails_leaves_the_measuring_to_the_caller(tmp_path, caplog):
+    """measured_in_child returns None (and says why) when the child cannot save a table: the caller measures."""
+    not_a_dir = tmp_path / "home"
+    not_a_dir.write_text("a file where the home should be")
+    target = tiny_config(384, 1, hidden=64)
+    with caplog.at_level("WARNING"):
+        assert cal_mod.measured_in_child(not_a_dir, target, None, "cpu", False, False, None) is None
+    assert "child process failed" in caplog.text
+
+
+@pytest.mark.parametrize("cpuinfo,expected", [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\n"
+     "processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: other\n", "AMD EPYC (family 25 model 1)"),
+    ("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n", "AMD EPYC (family 25 model 17)"),
+    ("processor\t: 0\nmodel name\t: Some ARM core\n", "Some ARM core"),
+    ("processor\t: 0\nBogoMIPS\t: 48.00\n", None),
+])
+def test_the_processor_name_tells_cpu_generations_apart(cpuinfo, expected):
+    """Cloud CPUs that say only "AMD EPYC" differ by family and model (Zen 3: AVX2 only; Zen 4: AVX-512)."""
+    assert cal_mod.cpu_name(cpuinfo) == expected

@@ -187,3 +187,31 @@ def test_a_cancel_inside_a_pass_on_a_static_cache_keeps_its_prefix():
     finally:
         for handle in handles:
             handle.remove()
+
+
+@pytest.mark.parametrize("start,end,chunk,shared,pieces", [
+    (0, 20, 8, 0, [(0, 8, False), (8, 16, False), (16, 20, False)]),
+    (0, 20, 8, 12, [(0, 8, True), (8, 12, True), (12, 20, False)]),   # cut where the shared prefix ends
+    (4, 20, 8, 20, [(4, 12, True), (12, 20, True)]),
+    (10, 20, 8, 6, [(10, 18, False), (18, 20, False)]),                # the shared prefix is cached already
+    (5, 5, 8, 9, []),
+])
+def test_prefill_pieces_end_on_the_shared_prefix(start, end, chunk, shared, pieces):
+    from engine.kvcache import prefill_pieces
+
+    assert list(prefill_pieces(start, end, chunk, shared)) == pieces
+
+
+@pytest.mark.parametrize("shared,kept", [(0, 8), (20, 16)])
+def test_a_cancel_lets_a_shared_prefill_chunk_end_then_stops(rig, shared, kept):
+    """A keystroke during the prefill of the prompt part the next request shares (before the FIM middle): the pass
+    in flight ends (its keys and values are the next request's) and nothing after it runs; outside that part the
+    pass stops within a layer as before."""
+    engine, log = rig
+    target = engine.pair.target
+    ids = random_prompt(7, length=40)
+    cache = TrackedCache(target)
+    token = log.arm(Trigger("target", 1, lambda n: n > 1, nth=2))  # inside the second 8-token pass
+    cache.extend_to(ids, chunk=8, cancelled=token.is_set, shared=shared)
+    assert token.is_set() and cache.ids == ids[:kept]
+    assert_consistent(cache)

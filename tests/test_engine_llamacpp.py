@@ -243,8 +243,6 @@ def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_
     from engine.models import model_dir
     from engine.testing import TINY_DRAFT, TINY_TARGET, build_tiny_pair, write_gguf
 
-    monkeypatch.setattr(calibrate, "CONTEXT_TOKENS", 32)
-    monkeypatch.setattr(calibrate, "PREFILL_TOKENS", 16)
     home, toml = build_tiny_pair(tmp_path)
     (home / "gguf").mkdir()
     for name in (TINY_TARGET, TINY_DRAFT):
@@ -267,3 +265,71 @@ def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_
     assert f"chosen: target {best.target_weights}/{best.target_activations}" in chosen[0]
     assert main(["list"]) == 0
     assert chosen[0].strip() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tok_s,chunk", [
+    (50.0, 16),    # the AVX2-only Zen 3: 128 tokens would take 2.5 s, longer than a keystroke gap
+    (118.0, 32),   # its 0.5B draft; the Zen 4's 1.5B (110 tok/s)
+    (250.0, 64),
+    (1000.0, 128),  # never past PREFILL_CHUNK
+    (5.0, 16),     # never below MIN_PREFILL_CHUNK
+    (0.0, 128),    # no measurement: the old default
+])
+def test_the_prefill_chunk_takes_at_most_a_fraction_of_a_second_here(tok_s, chunk, monkeypatch):
+    from engine import llamacpp
+
+    monkeypatch.delenv("CODECUE_PREFILL_CHUNK", raising=False)
+    assert llamacpp.prefill_chunk_for(tok_s) == chunk
+    monkeypatch.setenv("CODECUE_PREFILL_CHUNK", "40")
+    assert llamacpp.prefill_chunk_for(tok_s) == 40
+
+
+def test_a_keystroke_during_prefill_keeps_the_chunks_that_finished(models, monkeypatch):
+    """extend_to runs the model's prefill_chunk per pass; a cancel loses only the pass in flight, so the next request
+    for the same prompt starts from there (with 128-token chunks on a slow CPU nothing finished while the user typed)."""
+    model = models["target"]
+    monkeypatch.setattr(model, "prefill_chunk", 8)
+    passes = []
+    real_decode = model.decode
+    monkeypatch.setattr(model, "decode", lambda seq, start, tokens, *a, **k: passes.append(len(tokens))
+                        or real_decode(seq, start, tokens, *a, **k))
+    ids = random_prompt(5)[:40]
+    cache = model.new_cache()
+    assert cache.extend_to(ids, cancelled=lambda: len(passes) >= 3) == (0, 16)  # the third pass is aborted
+    assert passes == [8, 8, 8] and cache.ids == ids[:16]
+    assert cache.extend_to(ids) == (16, 24) and passes[3:] == [8, 8, 8]
+
+
+def test_the_loader_sizes_each_llamacpp_models_chunk_from_its_calibrated_rate(models, monkeypatch):
+    from engine.calibrate import Choice
+    from engine.machine_choice import size_prefill_chunks
+
+    monkeypatch.delenv("CODECUE_PREFILL_CHUNK", raising=False)
+    for model in models.values():
+        monkeypatch.setattr(model, "prefill_chunk", 128)
+    cal = Calibration(key={}, measurements=[measurement("llamacpp", "ggml", 70.0, 50.0),
+                                            Measurement("draft", "llamacpp", "ggml", {1: 30.0}, 118.0)])
+    size_prefill_chunks(cal, Choice("llamacpp", "ggml", "llamacpp", "ggml", True), models["target"], models["draft"])
+    assert (models["target"].prefill_chunk, models["draft"].prefill_chunk) == (16, 32)
+    size_prefill_chunks(None, Choice("llamacpp", "ggml", None, None, False), models["target"], None)
+    assert models["target"].prefill_chunk == 128  # not calibrated: the default
+
+
+@pytest.mark.parametrize("shared,kept", [(0, 8), (20, 16)])
+def test_a_keystroke_lets_a_shared_prefill_pass_end(models, monkeypatch, shared, kept):
+    """In llama.cpp too: a pass inside the shared prefix runs without the abort and ends; the next is not started."""
+    model = models["target"]
+    monkeypatch.setattr(model, "prefill_chunk", 8)
+    token = CancelToken()
+    real_decode = model.decode
+
+    def decode(seq, start, tokens, outputs, cancelled=None):
+        if start == 8:
+            token.set()  # the keystroke arrives as the second pass starts
+        return real_decode(seq, start, tokens, outputs, cancelled)
+    monkeypatch.setattr(model, "decode", decode)
+    ids = random_prompt(6)[:40]
+    cache = model.new_cache()
+    cache.extend_to(ids, cancelled=token.is_set, shared=shared)
+    assert cache.ids == ids[:kept]
+    assert cache.extend_to(ids) == (kept, 40 - kept)  # the next request reuses what was kept

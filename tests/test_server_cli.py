@@ -125,3 +125,20 @@ def test_torch_prefill_flag_sets_what_the_engine_reads(monkeypatch, flag, env):
     assert cli.os.environ.get("CODECUE_TORCH_PREFILL") == env
     assert torch_prefill.wanted(False) is (flag == "on")
     assert torch_prefill.wanted(True) is (flag != "off")
+
+
+@pytest.mark.parametrize("flag,env,code", [(None, None, 0), ("16", "16", 0), ("auto", "auto", 0),
+                                           ("lots", None, 2)])
+def test_prefill_chunk_flag_sets_what_the_engine_reads(monkeypatch, capsys, flag, env, code):
+    """`--prefill-chunk` reaches engine/llamacpp.prefill_chunk_for through $CODECUE_PREFILL_CHUNK; a value that is
+    neither a number nor auto is refused with a message, before anything loads."""
+    import codecue_lsp.__main__ as cli
+    from engine import llamacpp
+
+    monkeypatch.delenv("CODECUE_PREFILL_CHUNK", raising=False)
+    monkeypatch.setattr(cli, "check", lambda settings: 0)
+    assert cli.main(["--check"] + ([f"--prefill-chunk={flag}"] if flag else [])) == code
+    assert cli.os.environ.get("CODECUE_PREFILL_CHUNK") == env
+    assert llamacpp.prefill_chunk_for(50.0) == 16  # the flag's 16, or auto's choice at 50 tok/s
+    if code:
+        assert "--prefill-chunk" in capsys.readouterr().err

@@ -124,3 +124,25 @@ def test_event_params_from_pygls_objects():
     assert event_params(Object("file:///a.py", 3)) == {"uri": "file:///a.py", "acceptedLength": 3}
     assert event_params({"length": 1}) == {"length": 1}
     assert event_params("junk") == {} and event_params(None) == {}
+
+
+class MarkerEngine:
+    """What shared_prefix_length asks of an engine: the FIM middle marker and its id."""
+    fim = type("Fim", (), {"middle": "<|fim_middle|>"})()
+
+    def special_token_id(self, marker: str) -> int:
+        assert marker == "<|fim_middle|>"
+        return 99
+
+
+@pytest.mark.parametrize("ids,middle_from,shared", [
+    ([1, 2, 3, 99, 7, 8], "line", 4),       # the typed line follows the marker: all before it is shared
+    ([1, 2, 3, 99], "line", 4),             # nothing typed on the line yet
+    ([1, 99, 2, 99, 5], "line", 4),         # the last marker counts (an earlier one is file text's)
+    ([1, 2, 3, 99], "cursor", 0),           # PSM: a keystroke changes the prefix's end
+    ([1, 2, 3], "line", 0),                 # no marker: nothing is known to be shared
+])
+def test_the_shared_prefix_ends_at_the_middle_marker(ids, middle_from, shared):
+    from codecue_lsp.completer import shared_prefix_length
+
+    assert shared_prefix_length(MarkerEngine(), ids, middle_from) == shared

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pyproject pins it; `make venv`)")
 
 from engine import CancelToken, CompletionRequest, Engine  # noqa: E402
-from engine import kv_handoff, torch_prefill  # noqa: E402
+from engine import calibrate_llamacpp, kv_handoff, torch_prefill  # noqa: E402
 from engine.llamacpp import LlamaCppCache, LlamaCppModel  # noqa: E402
 from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec  # noqa: E402
 from engine.testing import write_gguf  # noqa: E402
@@ -206,7 +206,7 @@ def test_torch_prefill_is_chosen_only_where_measured_clearly_faster(torch_tok_s,
     ((0.60, 2.40), (0.50, 2.60), 0),     # dearer per token: never, however cheap to start
 ])
 def test_crossover_from_two_sizes(llama, torch_s, expected):
-    assert torch_prefill.crossover(dict(zip((64, 256), llama)), dict(zip((64, 256), torch_s))) == expected
+    assert calibrate_llamacpp.crossover(dict(zip((64, 256), llama)), dict(zip((64, 256), torch_s))) == expected
 
 
 def test_the_measurement_survives_the_cache(tmp_path):
@@ -218,15 +218,41 @@ def test_the_measurement_survives_the_cache(tmp_path):
     assert (row.prefill_torch_tok_s, row.prefill_torch_from) == (187.0, 40)
 
 
-def test_calibration_times_the_handoff_on_the_real_file(target):
-    """llamacpp.measure with the model's config: a torch prefill with random weights of the real shapes, handed over
-    to the GGUF's own llama.cpp model (the handoff must work, or the rate would be llama.cpp's own)."""
-    from engine import llamacpp
-
+def test_calibration_times_the_handoff_on_the_real_file(target, monkeypatch):
+    """calibrate_llamacpp.measure with the model's config: a torch prefill with random weights of the real shapes,
+    handed over to the GGUF's own llama.cpp model (the handoff must work, or the rate would be llama.cpp's own)."""
+    monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: 0.0)  # passes the screen
+    timed = []
+    real_timing = calibrate_llamacpp.time_torch_prefill
+    monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill", lambda *a: timed.append(1) or real_timing(*a))
     model, torch_model = target
-    row = llamacpp.measure("target", model.path, widths=(1, 2), context_tokens=64, prefill_tokens=96, reps=1,
-                           torch_config=torch_model.config)
-    assert row.prefill_torch_tok_s > 0 and row.prefill_tok_s > 0
+    row = calibrate_llamacpp.measure("target", model.path, widths=(1, 2), context_tokens=64, prefill_tokens=96,
+                                     reps=1, torch_config=torch_model.config)
+    assert row.prefill_torch_tok_s > 0 and row.prefill_tok_s > 0 and timed == [1]
+
+
+def test_a_torch_prefill_far_slower_here_is_screened_not_timed(target, monkeypatch):
+    """On a CPU without fast int8 dot products (an AVX2-only Zen 3: `torch._int_mm` 30-50x slower than fp32) timing the
+    whole torch prefill would take minutes: the screen's estimate is recorded instead, and never chosen."""
+    monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: 1000.0)
+    monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill", lambda *a: pytest.fail("timed a screened-out prefill"))
+    model, torch_model = target
+    row = calibrate_llamacpp.measure("target", model.path, widths=(1,), context_tokens=64, prefill_tokens=96,
+                                     reps=1, torch_config=torch_model.config)
+    assert row.prefill_torch_from == 0 and 0 < row.prefill_torch_tok_s < 1 and not row.prefill_torch
+
+
+def test_the_screen_scales_one_matmul_to_every_linear_weight(target, monkeypatch):
+    """estimated_prefill_s times the fused gate/up matmul once and scales it by the model's linear weights."""
+    ticks = iter(range(100))
+    monkeypatch.setattr(calibrate_llamacpp.time, "perf_counter", lambda: float(next(ticks)))  # one call = 1 s
+    config = target[1].config
+    hidden, inter, heads, kv_heads = (config.hidden_size, config.intermediate_size, config.num_attention_heads,
+                                      config.num_key_value_heads)
+    head_dim = hidden // heads
+    per_layer = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden + 3 * hidden * inter
+    expected = config.num_hidden_layers * per_layer / (2 * inter * hidden)
+    assert calibrate_llamacpp.estimated_prefill_s(config, 16) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("setting,calibrated,expected", [("auto", True, True), ("auto", False, False),

@@ -1,0 +1,123 @@
+"""How the calibration (engine/calibrate.py) times a GGUF in llama.cpp: its pass costs, its prefill, and a torch W8A8
+prefill of the same architecture handing its keys/values over (engine/torch_prefill.py), with the crossover between
+the two prefills. A torch prefill far slower on this CPU is screened, not timed (estimated_prefill_s)."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .llamacpp import PREFILL_CHUNK, LlamaCppCache, LlamaCppModel
+from .torch_prefill import HANDOFF_MIN_TOKENS, Int8Weight, Qwen2Shape, TorchPrefill
+
+log = logging.getLogger(__name__)
+
+
+def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens: int = 256,
+            prefill_tokens: int = 256, reps: int = 3, torch_config=None):
+    """This machine's pass costs for one GGUF in llama.cpp, as a calibrate.Measurement (weights "llamacpp",
+    activations "ggml": llama.cpp quantizes activations to match each weight type itself). Passes after a
+    context_tokens context, best of reps; prefill in the engine's chunk size. torch_config (the model's
+    transformers config): also the same prefill in torch W8A8 with random weights, handed over to llama.cpp."""
+    from .calibrate import Measurement
+
+    model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=1024, label=role)
+    try:
+        rng = np.random.default_rng(0)
+        tokens = rng.integers(100, min(model.n_vocab, 30_000), size=context_tokens + prefill_tokens + 32).tolist()
+        cache = LlamaCppCache(model)
+        cache.forward(tokens[:PREFILL_CHUNK], logits="none")  # warm-up: page the weights in
+        prefill_s = best_prefill_s(cache, tokens[:prefill_tokens])
+        torch_tok_s, torch_from = 0.0, 0
+        if torch_config is not None:
+            short = min(64, prefill_tokens // 2)
+            ours = {short: best_prefill_s(cache, tokens[:short]), prefill_tokens: prefill_s}
+            screen_s = estimated_prefill_s(torch_config, short)
+            if screen_s > 2 * ours[short]:  # far slower here: recorded from the screen, not timed for minutes
+                log.info("torch w8a8 prefill screened out: ~%.1f s for %d tokens vs %.1f s in llama.cpp",
+                         screen_s, short, ours[short])
+                torch_tok_s = short / screen_s
+            else:
+                theirs = time_torch_prefill(model, cache, torch_config, tokens, tuple(ours))
+                torch_tok_s = prefill_tokens / theirs[prefill_tokens]
+                torch_from = crossover(ours, theirs)
+        cache.truncate(0)
+        cache.extend_to(tokens[:context_tokens])
+        pass_ms = {}
+        for width in widths:
+            best = float("inf")
+            for _ in range(reps):
+                started = time.perf_counter()
+                cache.forward(tokens[context_tokens:context_tokens + width], logits="all")
+                best = min(best, time.perf_counter() - started)
+                cache.truncate(context_tokens)
+            pass_ms[width] = round(1000 * best, 2)
+        del cache
+    finally:
+        model.close()
+    return Measurement(role, "llamacpp", "ggml", pass_ms, round(prefill_tokens / prefill_s, 1),
+                       prefill_torch_tok_s=round(torch_tok_s, 2), prefill_torch_from=torch_from)
+
+
+def best_prefill_s(cache: LlamaCppCache, tokens: list[int], reps: int = 2, enough_s: float = 2.0) -> float:
+    """Best of `reps` prefills, or the first alone when it took over enough_s (a slow CPU needs no second one to
+    tell: the calibration must stay within two minutes there too)."""
+    best = float("inf")
+    for _ in range(reps):
+        cache.truncate(0)
+        started = time.perf_counter()
+        cache.extend_to(tokens)
+        best = min(best, time.perf_counter() - started)
+        if best > enough_s:
+            break
+    return best
+
+
+def time_torch_prefill(model: LlamaCppModel, cache: LlamaCppCache, config, tokens: list[int], sizes) -> dict:
+    """{n: seconds} to prefill the first n tokens in torch W8A8 (random weights, the real shapes) with the handover,
+    best of 2 each."""
+    vocab = 4096
+    tokens = [t % vocab for t in tokens]
+    model.torch_prefill, model.torch_prefill_from = TorchPrefill.random(config, vocab=vocab), 1
+    try:
+        return {n: best_prefill_s(cache, tokens[:n]) for n in sizes}
+    finally:
+        model.torch_prefill = None
+
+
+def estimated_prefill_s(config, tokens: int) -> float:
+    """A cheap screen before timing a whole prefill: one fused gate/up matmul of the real shape at `tokens` rows,
+    scaled to all of the model's linear weights (attention over a short chunk is small beside them). Where the CPU
+    has no fast int8 dot product (seen: an AVX2-only Zen 3, where `torch._int_mm` runs 30-50x slower than fp32
+    `F.linear`) the real prefill would take minutes, and the calibration only needs to know that it loses."""
+    shape = Qwen2Shape.from_config(config)
+    inter, q, kv = config.intermediate_size, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    gen = torch.Generator().manual_seed(0)
+    gate_up = Int8Weight(torch.randn(2 * inter, shape.hidden, generator=gen), None)
+    x = torch.randn(tokens, shape.hidden, generator=gen)
+    gate_up(x[:1])  # first-call allocations stay out of the timing
+    started = time.perf_counter()
+    gate_up(x)
+    seconds = time.perf_counter() - started
+    per_layer = shape.hidden * (q + 2 * kv) + q * shape.hidden + 3 * shape.hidden * inter
+    return seconds * shape.layers * per_layer / (2 * inter * shape.hidden)
+
+
+def crossover(llamacpp_s: dict[int, float], torch_s: dict[int, float], floor: int = HANDOFF_MIN_TOKENS) -> int:
+    """The fewest new tokens from which torch (with the handoff) prefills faster than llama.cpp, from each one's
+    seconds at two sizes (time = fixed cost + n x per-token cost); 0 where torch never catches up. Never below
+    `floor`: below ~32 tokens the int8 matmul loses the efficiency the straight line assumes."""
+    (n1, n2) = sorted(llamacpp_s)
+
+    def line(seconds):
+        per_token = (seconds[n2] - seconds[n1]) / (n2 - n1)
+        return seconds[n1] - per_token * n1, per_token
+    fixed_l, per_l = line(llamacpp_s)
+    fixed_t, per_t = line(torch_s)
+    if per_t >= per_l:
+        return 0
+    return max(floor, math.ceil(round((fixed_t - fixed_l) / (per_l - per_t), 6)))

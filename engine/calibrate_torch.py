@@ -1,0 +1,171 @@
+"""How engine/calibrate.py times the torch formats: the real architectures from their config.json with random weights.
+
+Only DISTINCT_LAYERS decoder layers are built and the real depth cycles through them, so a pass streams as many bytes
+as the real model while building and quantizing every format of both models stays cheap. A format whose one-token
+pass is far slower than the best so far (llama.cpp's, timed first) is recorded from that pass alone.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, WIDTHS, Calibration, Measurement, machine_key
+from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
+
+CONTEXT_TOKENS = 256
+PREFILL_TOKENS = 128
+DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3: no flattering cache hits
+
+
+def best_ms(fn, reps: int = 3, budget_s: float = 0.4) -> float:
+    """Minimum of up to `reps` timed calls, fewer when a call is slow (a slow format needs no precision)."""
+    times: list[float] = []
+    spent = time.perf_counter()
+    while len(times) < reps and (not times or time.perf_counter() - spent < budget_s):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return 1000 * min(times)
+
+
+def slice_model(config, layers: int, seed: int = 0):
+    """The real architecture with `layers` decoder layers and random (seeded) weights, in fp32. The slice ties its
+    embedding to the output head: the same shapes, half the random initialisation."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = layers
+    config.tie_word_embeddings = True
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[0]] * layers
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def formatted(model, weights: str):
+    """A bf16 copy of the slice in `weights`, with its dense weights kept aside (`calibration_dense`) to time
+    prefill through them. For "gguf", odd layers keep v_proj and down_proj in int8, as a Q4_K_M file stores half
+    of them in Q6_K."""
+    model = copy.deepcopy(model).to(torch.bfloat16)
+    dense = {k: v.clone() for k, v in dense_linear_weights(model).items()} if weights != "dense" else None
+    if weights == "gguf":
+        for i, layer in enumerate(model.model.layers):
+            if i % 2:
+                layer.self_attn.v_proj = Int8Linear(layer.self_attn.v_proj)
+                layer.mlp.down_proj = Int8Linear(layer.mlp.down_proj)
+    model = apply_weight_format(model, weights, "cpu")
+    model.calibration_dense = dense
+    return model
+
+
+def full_depth(model, depth: int):
+    """The slice run as a model of the real depth: `depth` decoder layers that cycle through the slice's distinct
+    layers (shared weights, each with its own cache slot). Per token it streams as many bytes as the real model,
+    as long as the distinct layers together outgrow the last-level cache."""
+    distinct = list(model.model.layers)
+    layers = []
+    for i in range(depth):
+        layer = copy.copy(distinct[i % len(distinct)])
+        layer._modules = dict(layer._modules)
+        layer.self_attn = copy.copy(layer.self_attn)
+        layer.self_attn.layer_idx = i
+        layers.append(layer)
+    model.model.layers = torch.nn.ModuleList(layers)
+    model.config.num_hidden_layers = depth
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = [model.config.layer_types[0]] * depth
+    return model
+
+
+def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
+                context: int | None = None) -> tuple[dict[int, float], float]:
+    """ms of a pass over each width after `context` tokens (CONTEXT_TOKENS), and ms to prefill PREFILL_TOKENS."""
+    from .kvcache import TrackedCache
+
+    context = CONTEXT_TOKENS if context is None else context
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(100, vocab - 100, (max(context, PREFILL_TOKENS) + max(widths),), generator=gen).tolist()
+    cache = TrackedCache(model)
+    prefill_ms = 0.0
+    with torch.inference_mode():
+        cache.forward(ids[:8], logits="none")  # warm-up: first-call allocations stay out of the timings
+        if prefill:
+            def run_prefill():
+                cache.truncate(0)
+                cache.forward(ids[:PREFILL_TOKENS], logits="none")
+            prefill_ms = best_ms(run_prefill, reps=2)
+        cache.truncate(0)
+        cache.forward(ids[:context], logits="none")
+        out = {}
+        for n in widths:
+            def verify(n=n):
+                cache.forward(ids[context:context + n], logits="all")
+                cache.truncate(context)
+            out[n] = best_ms(verify)
+    return out, prefill_ms
+
+
+def screen_ms(model) -> float:
+    """One-token pass after a one-token context: cheap even for a slow kernel (no prefill to pay for)."""
+    from .kvcache import TrackedCache
+
+    cache = TrackedCache(model)
+    with torch.inference_mode():
+        cache.forward([100], logits="none")  # first-call allocations stay out of the timing
+
+        def step():
+            cache.forward([101], logits="all")
+            cache.truncate(1)
+        return best_ms(step, reps=2, budget_s=0.2)
+
+
+def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0,
+                 best_one: float = float("inf")) -> list[Measurement]:
+    """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
+    `screen` x the best so far (best_one: a one-token pass measured before, e.g. llama.cpp's) is recorded with that
+    figure only: a measured shortlist (the slow kernels cost seconds a call on 2 cores)."""
+    base = slice_model(config, min(DISTINCT_LAYERS, config.num_hidden_layers))
+    models = {weights: full_depth(formatted(base, weights), config.num_hidden_layers) for weights in formats}
+    del base
+    results = []
+    for act in activations:  # bf16 first: where its kernels are fast, fp32 is screened out cheaply
+        for weights in formats:
+            model = models[weights].to(getattr(torch, act))
+            one_token = screen_ms(model)
+            if one_token > screen * best_one:
+                results.append(Measurement(role, weights, act, {1: round(one_token, 2)}, 0.0))
+            else:
+                best_one = min(best_one, one_token)
+                passes, prefill_ms = time_passes(model, config.vocab_size)
+                dense_tok_s = 0.0
+                if model.calibration_dense:
+                    set_prefill_weights(model, model.calibration_dense)
+                    dense_tok_s = 1000 * PREFILL_TOKENS / time_passes(model, config.vocab_size, (1,))[1]
+                    set_prefill_weights(model, None)
+                results.append(Measurement(role, weights, act, {w: round(v, 2) for w, v in passes.items()},
+                                           round(1000 * PREFILL_TOKENS / prefill_ms, 1), round(dense_tok_s, 1)))
+            if progress is not None:
+                progress.update(1)
+    return results
+
+
+def calibrate(target_config, draft_config=None, device: str = "cpu", formats: dict | None = None,
+              progress: bool = True, measured_first: list[Measurement] = ()) -> Calibration:
+    """measured_first: rows timed before (llama.cpp's, a few seconds): kept, and their one-token pass shortlists
+    the torch formats of the same role, so a machine where llama.cpp is far faster skips timing the slow ones."""
+    from tqdm import tqdm
+
+    formats = formats or {"target": TARGET_FORMATS, "draft": DRAFT_FORMATS}
+    started = time.perf_counter()
+    cal = Calibration(key=machine_key(device, target_config, draft_config), measurements=list(measured_first))
+    roles = [("target", target_config)] + ([("draft", draft_config)] if draft_config is not None else [])
+    total = sum(len(formats[r]) * len(ACTIVATIONS) for r, _ in roles)
+    with tqdm(total=total, desc="calibrating formats on this machine", disable=not progress, unit="format") as bar:
+        for role, config in roles:
+            best_one = min((m.pass_ms[1] for m in measured_first if m.role == role and 1 in m.pass_ms),
+                           default=float("inf"))
+            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar, best_one=best_one)
+    cal.seconds = round(time.perf_counter() - started, 1)
+    return cal

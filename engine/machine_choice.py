@@ -1,0 +1,85 @@
+"""What a load takes from this machine's calibration (engine/calibrate.py): the formats and activation dtypes of both
+models, the pass costs the drafting policy plans with, and the prefill chunk of a llama.cpp model."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .models import PairSpec, codecue_home, gguf_file, model_config
+
+log = logging.getLogger(__name__)
+
+
+def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: str | None, draft_weights: str | None,
+                    dtype: str | None, progress: bool = False, force: bool = False):
+    """Formats and dtypes to load, from explicit settings or this machine's calibration: returns
+    (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here). force: measure
+    again even where a table is cached (`codecue-models calibrate`)."""
+    from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, Choice, calibration_for, choose
+    from .quant import canonical_format
+
+    target_weights = canonical_format(target_weights or os.environ.get("CODECUE_TARGET_WEIGHTS")
+                                      or spec.target_weights)
+    draft_weights = canonical_format(draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights)
+    dtype = dtype or os.environ.get("CODECUE_DTYPE") or spec.activations
+    if device.type == "cuda":
+        act = "bfloat16" if dtype == "auto" else dtype
+        return Choice("dense", act, "dense" if spec.draft else None, act if spec.draft else None, spec.draft is not None), None
+    if "auto" not in (target_weights, draft_weights, dtype):
+        return Choice(target_weights, activations_of(target_weights, dtype), draft_weights if spec.draft else None,
+                      activations_of(draft_weights, dtype) if spec.draft else None, spec.draft is not None), None
+    draft_config = model_config(spec.draft, home) if spec.draft else None
+    # llama.cpp's kernels compete where llama-cpp-python is installed and the GGUF is on disk, when the format
+    # is left to the calibration; they are timed on the real file.
+    with_llamacpp = dtype == "auto" and llamacpp_available()
+    ggufs = {role: gguf_file(model, home) for role, model in (("target", spec.target), ("draft", spec.draft))
+             if model is not None and with_llamacpp}
+    cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
+                          force=force, progress=progress, gguf_files={r: p for r, p in ggufs.items() if p is not None})
+    def candidates(asked: str, formats: tuple, role: str) -> tuple:
+        if asked != "auto":
+            return (asked,)
+        return formats + (("llamacpp",) if ggufs.get(role) is not None else ())
+    choice = choose(cal, candidates(target_weights, TARGET_FORMATS, "target"),
+                    candidates(draft_weights, DRAFT_FORMATS, "draft"),
+                    ACTIVATIONS if dtype == "auto" else (dtype,))
+    if draft_weights != "auto" and spec.draft:
+        choice.draft_model = True  # asked for by name: load it even where it does not pay
+    return choice, cal
+
+
+def activations_of(weights: str, dtype: str) -> str:
+    """llama.cpp chooses its own activation types; torch formats run in the asked dtype."""
+    return "ggml" if weights == "llamacpp" else dtype
+
+
+def llamacpp_available() -> bool:
+    from . import llamacpp
+
+    return llamacpp.available()
+
+
+def size_prefill_chunks(cal, choice, target, draft) -> None:
+    """A llama.cpp model prefills in chunks it can finish between two keystrokes on this machine (the calibrated
+    prefill rate; engine/llamacpp.prefill_chunk_for)."""
+    from .llamacpp import LlamaCppModel, prefill_chunk_for
+
+    for role, model, weights in (("target", target, choice.target_weights), ("draft", draft, choice.draft_weights)):
+        if isinstance(model, LlamaCppModel):
+            row = cal.get(role, weights, "ggml") if cal is not None else None
+            model.prefill_chunk = prefill_chunk_for(row.prefill_tok_s if row is not None else 0.0)
+            log.info("%s prefills in chunks of %d tokens (%s)", role, model.prefill_chunk,
+                     f"measured {row.prefill_tok_s:.0f} tok/s" if row is not None else "not calibrated")
+
+
+def pass_costs_from(cal, choice):
+    """The calibrated pass costs of the chosen formats, for the drafting policy (engine/policy.py)."""
+    from .policy import PassCosts
+
+    target = cal.get("target", choice.target_weights, choice.target_activations)
+    draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
+    if target is None:
+        return None
+    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None,
+                     draft_prefill_ms=1000 / draft.prefill_used_tok_s if draft is not None and draft.complete else None)
