@@ -39,12 +39,14 @@ N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, a one-off req
 N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
 # Prefill chunk: 64-512 tokens prefill within noise of each other on 2 Zen 4 cores (1.5B Q4_K_M, 65-94 tok/s, busy
 # machine); a cancel stops a chunk between graph nodes anyway, and between chunks a plain `cancelled()` is asked.
-# But the chunk a keystroke aborts is lost: on a slow CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes
-# 2.5 s, longer than the gaps between keystrokes, so a long prompt made no progress while the user typed. The loader
-# sizes the chunk from the calibrated prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS a chunk.
+# A chunk inside the prompt part the next request shares ends even when cancelled (kvcache.prefill_pieces), so the
+# chunk bounds what a cancel wastes when the next request does not share it (the user jumped elsewhere): on a slow
+# CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes 2.5 s. The loader sizes the chunk from the calibrated
+# prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS. Smaller chunks cost efficiency: on that Zen 3, 512 tokens
+# in 16 / 32 / 64 / 128-token chunks ran at 36-45 / 35-43 / 49-55 / 56 tok/s.
 PREFILL_CHUNK = 128
-MIN_PREFILL_CHUNK = 16  # smaller passes lose too much efficiency (Zen 3: pp4 37 tok/s, pp16 54, pp256 62)
-CHUNK_SECONDS = 0.3
+MIN_PREFILL_CHUNK = 16
+CHUNK_SECONDS = 1.5
 
 
 def prefill_chunk_for(tok_s: float) -> int:
