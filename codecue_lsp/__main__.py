@@ -38,8 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a llama.cpp target's long prompts prefilled in torch int8 (default auto: where the "
                              "calibration measured it faster; sets $CODECUE_TORCH_PREFILL)")
     parser.add_argument("--prefill-chunk", metavar="N|auto",
-                        help="tokens per llama.cpp prefill pass (default auto: what this machine prefills in 1.5 s, "
-                             "so a keystroke that aborts a pass loses little; sets $CODECUE_PREFILL_CHUNK)")
+                        help="tokens per llama.cpp prefill pass (default auto: what this machine prefills in 3 s, "
+                             "at most 128: bounds what a cancelled pass wastes; sets $CODECUE_PREFILL_CHUNK)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-file", help="also log to this file (logs never go to stdout)")
     return parser.parse_args(argv)

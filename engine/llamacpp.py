@@ -43,10 +43,11 @@ N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
 # chunk bounds what a cancel wastes when the next request does not share it (the user jumped elsewhere): on a slow
 # CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes 2.5 s. The loader sizes the chunk from the calibrated
 # prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS. Smaller chunks cost efficiency: on that Zen 3, 512 tokens
-# in 16 / 32 / 64 / 128-token chunks ran at 36-45 / 35-43 / 49-55 / 56 tok/s.
+# in 16 / 32 / 64 / 128-token chunks ran at 36-45 / 35-43 / 49-55 / 56 tok/s, and 64-token chunks made the engine
+# benchmark's prefill ~6 % slower; so only a CPU slower than that one gets chunks under 128 tokens.
 PREFILL_CHUNK = 128
 MIN_PREFILL_CHUNK = 16
-CHUNK_SECONDS = 1.5
+CHUNK_SECONDS = 3.0
 
 
 def prefill_chunk_for(tok_s: float) -> int:

@@ -139,6 +139,6 @@ def test_prefill_chunk_flag_sets_what_the_engine_reads(monkeypatch, capsys, flag
     monkeypatch.setattr(cli, "check", lambda settings: 0)
     assert cli.main(["--check"] + ([f"--prefill-chunk={flag}"] if flag else [])) == code
     assert cli.os.environ.get("CODECUE_PREFILL_CHUNK") == env
-    assert llamacpp.prefill_chunk_for(50.0) == (16 if env == "16" else 64)  # the flag's, or auto's at 50 tok/s
+    assert llamacpp.prefill_chunk_for(20.0) == (16 if env == "16" else 32)  # the flag's, or auto's at 20 tok/s
     if code:
         assert "--prefill-chunk" in capsys.readouterr().err
