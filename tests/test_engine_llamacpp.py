@@ -286,7 +286,7 @@ def test_the_prefill_chunk_takes_at_most_three_seconds_here(tok_s, chunk, monkey
 
 def test_a_keystroke_during_prefill_keeps_the_chunks_that_finished(models, monkeypatch):
     """extend_to runs the model's prefill_chunk per pass; a cancel loses only the pass in flight, so the next request
-    for the same prompt starts from there (with 128-token chunks on a slow CPU nothing finished while the user typed)."""
+    for the same prompt starts from there."""
     model = models["target"]
     monkeypatch.setattr(model, "prefill_chunk", 8)
     passes = []

@@ -235,7 +235,7 @@ def test_a_torch_prefill_far_slower_here_is_screened_not_timed(target, monkeypat
     """On a CPU without fast int8 dot products (an AVX2-only Zen 3: `torch._int_mm` 30-50x slower than fp32) timing the
     whole torch prefill would take minutes: the screen's estimate is recorded instead, and never chosen."""
     monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: 1000.0)
-    monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill", lambda *a: pytest.fail("timed a screened-out prefill"))
+    monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill", lambda *a: pytest.fail("timed a screened-out one"))
     model, torch_model = target
     row = calibrate_llamacpp.measure("target", model.path, widths=(1,), context_tokens=64, prefill_tokens=96,
                                      reps=1, torch_config=torch_model.config)
