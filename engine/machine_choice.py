@@ -61,8 +61,8 @@ def llamacpp_available() -> bool:
 
 
 def size_prefill_chunks(cal, choice, target, draft) -> None:
-    """A llama.cpp model prefills in chunks it can finish between two keystrokes on this machine (the calibrated
-    prefill rate; engine/llamacpp.prefill_chunk_for)."""
+    """A llama.cpp model prefills in chunks that take at most a few seconds at its calibrated prefill rate
+    (engine/llamacpp.prefill_chunk_for): what a cancelled pass the next request does not share can waste."""
     from .llamacpp import LlamaCppModel, prefill_chunk_for
 
     for role, model, weights in (("target", target, choice.target_weights), ("draft", draft, choice.draft_weights)):
