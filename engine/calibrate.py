@@ -314,22 +314,25 @@ def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] =
     if device != "cpu" or not gguf_files or not llamacpp.available():
         return []
     rows = []
-    for role, path in gguf_files.items():
-        if path is not None and not any(m.role == role and m.weights == "llamacpp" for m in have):
-            log.info("timing %s in llama.cpp (%s)", role, path)
-            config = (configs or {}).get(role)
-            torch_config = config if config is not None and torch_prefill.supports(config) else None
-            rows.append(calibrate_llamacpp.measure(role, path, torch_config=torch_config))
+    for role, path in untimed_ggufs(gguf_files, have).items():
+        log.info("timing %s in llama.cpp (%s)", role, path)
+        config = (configs or {}).get(role)
+        torch_config = config if config is not None and torch_prefill.supports(config) else None
+        rows.append(calibrate_llamacpp.measure(role, path, torch_config=torch_config))
     return rows
+
+
+def untimed_ggufs(gguf_files: dict, have) -> dict:
+    """{role: GGUF path} for the roles that have no llama.cpp row among the measurements `have`."""
+    return {role: path for role, path in gguf_files.items()
+            if path is not None and not any(m.role == role and m.weights == "llamacpp" for m in have)}
 
 
 def lacks_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
     """True when a GGUF of the pair could be timed in llama.cpp and the table has no row for it yet."""
     from . import llamacpp
 
-    return device == "cpu" and llamacpp.available() and any(
-        path is not None and not any(m.role == role and m.weights == "llamacpp" for m in cal.measurements)
-        for role, path in gguf_files.items())
+    return device == "cpu" and bool(untimed_ggufs(gguf_files, cal.measurements)) and llamacpp.available()
 
 
 def add_llamacpp(cal: Calibration, gguf_files: dict, device: str, configs: dict | None = None) -> bool:

@@ -319,5 +319,3 @@ class LlamaCppCache:
                   len(ids) - reused)
         return reused, len(self.ids) - reused
 
-
-# --- calibration -----------------------------------------------------------------------------------------------------

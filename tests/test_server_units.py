@@ -138,7 +138,7 @@ class MarkerEngine:
 @pytest.mark.parametrize("ids,middle_from,shared", [
     ([1, 2, 3, 99, 7, 8], "line", 4),       # the typed line follows the marker: all before it is shared
     ([1, 2, 3, 99], "line", 4),             # nothing typed on the line yet
-    ([1, 99, 2, 99, 5], "line", 4),         # the last marker counts (an earlier one is file text's)
+    ([1, 99, 2, 99, 5], "line", 4),         # the last marker, the one before the typed line
     ([1, 2, 3, 99], "cursor", 0),           # PSM: a keystroke changes the prefix's end
     ([1, 2, 3], "line", 0),                 # no marker: nothing is known to be shared
 ])
