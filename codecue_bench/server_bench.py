@@ -16,26 +16,12 @@ import os
 import statistics
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 from lsprotocol import types as lsp
 
-# What `codecue.stats` -> resources.engine_phase says while a cancel is meant to land in each phase.
-CANCEL_PHASES = {"prefill": ("prefill",), "decode": ("draft", "verify")}
-POLL_S = 0.005  # between two codecue.stats polls: fine next to a model pass, light on the server's event loop
-HANG_S = 600.0  # a guard against a server that never answers, not a measurement
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 1)
-
-
-def _pct(values: list[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered)) - 1))]
+from .cancel_bench import CANCEL_PHASES, cancel_summary, cancel_trials_run  # noqa: F401 (tests import CANCEL_PHASES)
+from .timing import latency_summary, ms, percentile
 
 
 def typing_plan(text: str, keystrokes: int) -> tuple[int, int, str, str]:
@@ -45,14 +31,6 @@ def typing_plan(text: str, keystrokes: int) -> tuple[int, int, str, str]:
     line = text.count("\n", 0, start)
     typed = text[start:text.find("\n", start) if "\n" in text[start:] else len(text)][:keystrokes]
     return start, line, typed, text[:start] + text[start + len(typed):]
-
-
-def latency_summary(values: list[float]) -> dict:
-    return {"p50": _pct(values, 50), "p90": _pct(values, 90), "max": max(values) if values else 0.0}
-
-
-def distribution(values: list[float]) -> dict:
-    return {"n": len(values), "p50": _pct(values, 50), "p99": _pct(values, 99), "max": max(values, default=0.0)}
 
 
 class BenchClient:
@@ -138,7 +116,7 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
             after = await bench.stats()
             eb, ea = before["engine"], after["engine"]
             rows.append({
-                "keystroke": i, "latency_ms": _ms(latency),
+                "keystroke": i, "latency_ms": ms(latency),
                 "typethrough": after["typethrough_hits"] > before["typethrough_hits"],
                 "prompt_tokens_new": ea["prompt_tokens_new"] - eb["prompt_tokens_new"],
                 "prompt_tokens_reused": ea["prompt_tokens_reused"] - eb["prompt_tokens_reused"],
@@ -162,8 +140,8 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
     return {
         "load_s": round(load_s, 2),
         "cold_ms": model_rows[0]["latency_ms"] if model_rows else None,
-        "warm_ms": {"mean": round(statistics.fmean(warm), 1) if warm else None, "p50": _pct(warm, 50),
-                    "p90": _pct(warm, 90)},
+        "warm_ms": {"mean": round(statistics.fmean(warm), 1) if warm else None, "p50": percentile(warm, 50),
+                    "p90": percentile(warm, 90)},
         "warm_prompt_tokens_new_mean": round(statistics.fmean(r["prompt_tokens_new"] for r in model_rows[1:]), 1)
         if len(model_rows) > 1 else None,
         "warm_prompt_tokens_reused_mean": round(statistics.fmean(r["prompt_tokens_reused"]
@@ -177,146 +155,6 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
         "cancel_trials": cancels,
         "server_stats": final,
     }
-
-
-# --- what a cancel costs the engine --------------------------------------------------------------------------------
-async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, typed_line: str, trials: int) -> list:
-    """`trials` caught cancels per phase and per measure (so 4 x trials in all), in two blocks.
-
-    decode: at the end of the typed line of the open document, insert either a comment line and an empty line below
-    it (an empty line in a body asks for a block) or one character no suggestion starts with (the rest of a line),
-    in turn; the prompt stays mostly cached. Wait until the engine drafts or verifies, cancel, delete the insertion. prefill: open a fresh copy of the document (nothing
-    cached), wait until the engine prefills, cancel. Each trial measures one of
-      - idle: from `$/cancelRequest` until codecue.stats says engine_busy is false;
-      - next: the next request (same document and cursor) is sent right after the cancel, as an editor's next
-        keystroke would be; from the cancel to its result, and that minus the next request's own engine time
-        (codecue.stats engine.last_seconds): how long the next request waited for the engine, prompt building and
-        messages included.
-    A trial whose generation ended before the cancel reached the engine (the engine's result was not "cancelled")
-    is discarded and retried, up to 20 x trials attempts per phase."""
-    rows = []
-    indent = typed_line[:len(typed_line) - len(typed_line.lstrip())]
-    for phase in ("decode", "prefill"):  # decode first: the fresh prefill documents would change its context
-        done = Counter()
-        for attempt in range(20 * trials):
-            measure = "idle" if done["idle"] <= done["next"] else "next"
-            if done[measure] >= trials:
-                break
-            if phase == "decode" and attempt % 2 == 0:  # a block: the real models write long ones here
-                end_of_line = len(typed_line)
-                bench.insert(uri, line, end_of_line, f"\n{indent}# step {attempt}\n{indent}")
-                row = await cancel_trial(bench, phase, measure, uri, line + 2, len(indent), f"cancel-{phase}-{attempt}")
-                bench.delete(uri, (line, end_of_line), (line + 2, len(indent)))
-            elif phase == "decode":  # the rest of a line (a random model rarely ends a block, but soon ends a line)
-                # different each time: the same text would be answered from the type-through cache after a "next"
-                mark = f"\u00a7{attempt}"
-                bench.insert(uri, line, len(typed_line), mark)
-                end = len(typed_line) + len(mark)
-                row = await cancel_trial(bench, phase, measure, uri, line, end, f"cancel-{phase}-{attempt}")
-                bench.delete(uri, (line, len(typed_line)), (line, end))
-            else:
-                fresh = uri.replace("/bench.", f"/cancel-{attempt}.")
-                bench.open(fresh, doc)
-                row = await cancel_trial(bench, phase, measure, fresh, line, 0, f"cancel-{phase}-{attempt}")
-                bench.close(fresh)
-            rows.append(row)
-            done[measure] += row["caught"]
-    return rows
-
-
-async def cancel_trial(bench: BenchClient, phase: str, measure: str, uri: str, line: int, character: int,
-                       msg_id: str) -> dict:
-    row = {"phase": phase, "measure": measure, "caught": False}
-    before = (await bench.stats())["engine"]
-    sent = bench.send(uri, line, character, msg_id)
-    request = asyncio.wrap_future(sent)
-    row["phase_seen"] = await wait_for_phase(bench, request, CANCEL_PHASES[phase])
-    if row["phase_seen"] is None:  # the generation ended before it was seen in this phase
-        await request
-        return row
-
-    replied = []
-    sent.add_done_callback(lambda _: replied.append(time.perf_counter()))
-    t0 = time.perf_counter()
-    bench.cancel(msg_id)
-    if measure == "idle":
-        while (await bench.stats())["resources"]["engine_busy"]:
-            await asyncio.sleep(POLL_S)
-            if time.perf_counter() - t0 > HANG_S:
-                raise TimeoutError("the engine stayed busy after a cancel")
-        row["cancel_to_engine_idle_ms"] = _ms(time.perf_counter() - t0)
-    else:
-        await bench.complete(uri, line, character)
-        row["cancel_to_next_result_ms"] = _ms(time.perf_counter() - t0)
-        row["next_engine_ms"] = _ms(await next_engine_seconds(bench, before))
-        row["cancel_to_next_start_ms"] = round(row["cancel_to_next_result_ms"] - row["next_engine_ms"], 1)
-    try:
-        await request
-        row["answered"] = "result"  # the handler had its answer before the cancel arrived
-    except Exception:
-        row["answered"] = "cancelled"
-    if replied:
-        row["pygls_cancel_reply_ms"] = _ms(replied[0] - t0)
-    # The engine's own verdict: did the cancel stop this generation, or had it ended already?
-    row["caught"] = await engine_cancelled_since(bench, before)
-    return row
-
-
-async def wait_for_phase(bench: BenchClient, request, phases: tuple[str, ...]) -> str | None:
-    """Poll codecue.stats until the engine reports one of `phases` (returns it) or the request is answered."""
-    while not request.done():
-        phase = (await bench.stats())["resources"]["engine_phase"]
-        if phase in phases:
-            return phase
-        await asyncio.sleep(POLL_S)
-    return None
-
-
-async def engine_results(bench: BenchClient, count: int) -> dict:
-    """The server's engine totals once it has counted `count` results. It counts each on its event loop just after
-    the engine finishes, in request order (one worker)."""
-    started = time.perf_counter()
-    while (engine := (await bench.stats())["engine"])["results"] < count:
-        await asyncio.sleep(POLL_S)
-        if time.perf_counter() - started > HANG_S:
-            raise TimeoutError(f"the server never counted {count} engine results")
-    return engine
-
-
-async def next_engine_seconds(bench: BenchClient, before: dict) -> float:
-    """The engine time of the request after the cancelled one."""
-    return (await engine_results(bench, before["results"] + 2))["last_seconds"]
-
-
-async def engine_cancelled_since(bench: BenchClient, before: dict) -> bool:
-    """Whether the cancelled request's engine result ended "cancelled"."""
-    return (await engine_results(bench, before["results"] + 1))["cancelled"] > before["cancelled"]
-
-
-def cancel_summary(rows: list[dict]) -> dict:
-    caught = [r for r in rows if r["caught"]]
-    out = {
-        "note": "cancel_to_next_result_ms includes the next request's own work; cancel_to_next_start_ms is that "
-                "minus the next request's engine time (what it waited for the engine, prompt building and messages)",
-        # Only pygls's -32800 answer to the cancelled request: says nothing about when the engine stopped.
-        "pygls_cancel_reply_ms": distribution([r["pygls_cancel_reply_ms"] for r in caught
-                                               if "pygls_cancel_reply_ms" in r]),
-    }
-    for phase in CANCEL_PHASES:
-        mine = [r for r in rows if r["phase"] == phase]
-        got = [r for r in mine if r["caught"]]
-        out[phase] = {
-            "cancel_to_engine_idle_ms": distribution([r["cancel_to_engine_idle_ms"] for r in got
-                                                      if "cancel_to_engine_idle_ms" in r]),
-            "cancel_to_next_result_ms": distribution([r["cancel_to_next_result_ms"] for r in got
-                                                      if "cancel_to_next_result_ms" in r]),
-            "cancel_to_next_start_ms": distribution([r["cancel_to_next_start_ms"] for r in got
-                                                     if "cancel_to_next_start_ms" in r]),
-            "caught_trials": len(got),
-            "caught_in": dict(Counter(r["phase_seen"] for r in got)),
-            "discarded_ended_first": len(mine) - len(got),
-        }
-    return out
 
 
 def run_server_bench(path: str | Path, pair: str = "default", keystrokes: int = 16, cancel_trials: int = 30,
@@ -340,7 +178,7 @@ def infill_keystrokes(client, text: str, keystrokes: int, n_predict: int = 64) -
     rows = []
     for i in range(len(typed) + 1):
         answer = infill(client, text[:start] + typed[:i], suffix, n_predict, stop=["\n"])
-        rows.append({"keystroke": i, "latency_ms": _ms(answer.seconds), "prompt_evaluated": answer.prompt_n,
+        rows.append({"keystroke": i, "latency_ms": ms(answer.seconds), "prompt_evaluated": answer.prompt_n,
                      "chars": len(answer.text)})
     return {"cold_ms": rows[0]["latency_ms"], "keystroke_ms": latency_summary([r["latency_ms"] for r in rows[1:]]),
             "prompt_evaluated_mean": round(statistics.fmean(r["prompt_evaluated"] for r in rows[1:]), 1)
@@ -369,7 +207,8 @@ def main(argv=None) -> int:
     parser.add_argument("--pair", default="default")
     parser.add_argument("--keystrokes", type=int, default=16)
     parser.add_argument("--cancel-trials", type=int, default=30,
-                        help="caught cancels per phase (prefill, decode) and per measure (engine idle, next result)")
+                        help="caught cancels per phase (prefill, decode) and per measure (engine idle, next result; "
+                             "in prefill also a next request elsewhere)")
     parser.add_argument("--language", default="python")
     parser.add_argument("--llama-server", metavar="URL", help="a running llama-server to compare with")
     parser.add_argument("--no-llama-cpp", action="store_true", help="leave llama-server out even when it is built")

@@ -16,7 +16,7 @@ from engine.types import CancelToken, CompletionRequest, CompletionResult
 
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
-from .prompt import OpenDocument, SyntaxCache, build_prompt
+from .prompt import Layouts, OpenDocument, SyntaxCache, build_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +32,16 @@ def encode_built(engine, built) -> tuple[list[int], bytes]:
 
 
 def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
-    """Prompt tokens the next keystroke's request will share: with the typed line after the FIM middle marker
-    (middle_from "line"), everything up to and including the marker; 0 in the cursor layout, where a keystroke
-    changes the prefix's end and shifts the suffix."""
+    """Prompt tokens the next keystroke's request will likely share. With the typed line after the FIM middle marker
+    (middle_from "line"), all of them: a keystroke on the line usually changes only the word being typed, at the
+    prompt's end, whose last token healing has already left out (encode_built), and the engine prefills all but the
+    prompt's last token. When the next request does not share a pass after all (a newline, a longer merge, an edit
+    elsewhere, another document), the engine stops the cancelled pass as that request arrives (engine/kvcache.py,
+    SharedPasses). 0 in the cursor layout, where a keystroke changes the prefix's end and shifts the suffix, and for
+    a prompt without the marker."""
     if middle_from != "line":
         return 0
-    marker = engine.special_token_id(engine.fim.middle)
-    for index in range(len(ids) - 1, -1, -1):
-        if ids[index] == marker:
-            return index + 1
-    return 0
+    return len(ids) if engine.special_token_id(engine.fim.middle) in ids else 0
 
 
 @dataclass
@@ -57,13 +57,16 @@ class Completer:
         if step_delay_s is None:
             step_delay_s = float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
         self.step_delay_s = step_delay_s
+        self.layouts = Layouts()
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> Prepared:
         """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
         cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
-                             other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from)
+                             other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from,
+                             previous=self.layouts.get(doc.uri))
+        self.layouts.remember(built.layout)
         ids, heal = encode_built(self.engine, built)
         request = CompletionRequest(
             prompt_ids=ids,

@@ -35,7 +35,7 @@ from engine.types import CancelToken, CompletionResult, CompletionStats
 
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
-from .prompt import OpenDocument, SyntaxCache, build_prompt
+from .prompt import Layouts, OpenDocument, SyntaxCache, build_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -310,13 +310,15 @@ class RemoteCompleter:
         self.count_tokens = count_tokens
         self.syntax = syntax
         self.encoder = encoder
+        self.layouts = Layouts()  # llama-server's cache_prompt reuses the prompt's start too
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> RemotePrepared:
         # Always the plain PSM split: a serving engine cannot heal the last token (engine/healing.py), and without
         # healing the line split completes badly (docs/benchmarks.md).
         built = build_prompt(doc, line, character_utf16, self.fim, self.count_tokens, other_docs=other_docs,
-                             syntax=self.syntax)
+                             syntax=self.syntax, previous=self.layouts.get(doc.uri))
+        self.layouts.remember(built.layout)
         prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
         return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
                               stop=make_stop_predicate(built))

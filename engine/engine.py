@@ -13,7 +13,7 @@ import torch
 
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
 from .healing import HealingMasks, back_off, token_bytes
-from .kvcache import TrackedCache, cache_for, common_prefix_length
+from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
 from .models import LoadedPair
 from .policy import GainPolicy, PassCosts, SharedAcceptance
 from .prompt_ids import encode_pieces
@@ -55,6 +55,7 @@ class Engine:
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-engine")
+        self.shared_passes = SharedPasses()
         self._healing_masks: HealingMasks | None = None
         # Open documents and earlier completions, for lookup drafts.
         self.workspace = SuffixIndex()
@@ -150,6 +151,7 @@ class Engine:
     def submit(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
                on_tokens: Callable[[list[int], str], None] | None = None) -> Future:
         """Run on the engine's worker thread; the future resolves to a CompletionResult."""
+        self.shared_passes.arriving(request.session, request.prompt_ids)
         return self._worker.submit(self.complete, request, cancel_token, on_tokens)
 
     def complete(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
@@ -163,11 +165,15 @@ class Engine:
                 controller.lookup = drafter.get("lookup")
             try:
                 first_allowed = self._healing().allowed(request.heal) if request.heal else None
+                finishing = self.shared_passes.finishing_for(request.session, request.prompt_ids, cancel_token)
                 result = generate(session.target, drafter, controller, request, self.decode, self.stop_token_ids,
-                                  cancel_token, on_tokens, on_phase=self._set_phase, first_allowed=first_allowed)
+                                  cancel_token, on_tokens, on_phase=self._set_phase, first_allowed=first_allowed,
+                                  finishing=finishing)
             except BaseException:
                 self.sessions.pop(request.session, None)  # never reuse caches a failure may have left half-written
                 raise
+            finally:
+                self.shared_passes.done()
             if request.session is not None and result.token_ids:
                 self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
             return result

@@ -1,12 +1,17 @@
 """KV caches that remember which tokens they hold, so requests of one session reuse their common prefix."""
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
 from .interrupt import PassCancelled, cancellable
+from .types import CancelToken
+
+log = logging.getLogger(__name__)
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -23,18 +28,61 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return lo
 
 
-def prefill_pieces(start: int, end: int, chunk: int, shared: int = 0):
-    """(first, last, finish) for each prefill pass over positions start..end, `chunk` tokens each, cut where the
-    `shared` prefix ends. finish: the pass lies inside that prefix, which the next keystroke's request will reuse (the
-    prompt before the FIM middle, CompletionRequest.shared_prefix), so a cancel lets it end instead of throwing away
-    its work; the caller still stops before the next pass. Without this, a slow CPU that aborts every pass on the
-    next keystroke never gets through a long prompt while the user types (docs/benchmarks.md)."""
+def prefill_pieces(start: int, end: int, chunk: int, shared: int = 0, cancelled=None, finishing=None):
+    """(first, last, stop_when) for each prefill pass over positions start..end, `chunk` tokens each, cut where the
+    `shared` prefix ends. stop_when is what may stop the pass within (engine/interrupt.py): `cancelled`, except for
+    a pass inside the shared prefix, which the next keystroke's request will likely reuse
+    (CompletionRequest.shared_prefix): a cancel lets it end instead of throwing its work away, and only
+    `finishing(last)` may stop it (the engine's test that a later request still wants these tokens; None: nothing).
+    The caller still stops before the next pass. Without this, a slow CPU that aborts every pass on the next
+    keystroke never gets through a long prompt while the user types (docs/benchmarks.md)."""
     while start < end:
         stop = min(start + chunk, end)
         if start < shared < stop:
             stop = shared
-        yield start, stop, stop <= shared
+        if stop <= shared:
+            yield start, stop, finishing(stop) if finishing is not None else None
+        else:
+            yield start, stop, cancelled
         start = stop
+
+
+class SharedPasses:
+    """The prefill pass a cancelled request lets end (prefill_pieces), and whether a later request still wants it:
+    one that does not share its tokens (another document, or a prompt that changed before the pass's end) abandons
+    it, so a user who jumps elsewhere does not wait for it. An engine has one; requests run one at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current = None  # (session, ids up to the pass's end, the request's cancel token, abandon token)
+
+    def finishing_for(self, session: str | None, prompt_ids, cancel_token: CancelToken | None):
+        """prefill_pieces' `finishing` for one request: registers each shared pass before it runs."""
+        abandon = CancelToken()
+
+        def finishing(stop: int):
+            with self._lock:
+                self._current = (session, list(prompt_ids[:stop]), cancel_token, abandon)
+            return abandon.is_set
+        return finishing
+
+    def arriving(self, session: str | None, prompt_ids) -> None:
+        """A later request was submitted (on the caller's thread): abandon a cancelled request's pass it does not
+        share. A pass of a one-off request (no session) keeps nothing, so any later request abandons it."""
+        with self._lock:
+            current = self._current
+        if current is None:
+            return
+        owner, ids, token, abandon = current
+        if token is not None and token.is_set() and (
+                owner is None or session != owner or list(prompt_ids[:len(ids)]) != ids):
+            log.debug("a cancelled prefill pass up to token %d is not shared by the next request: stopping it",
+                      len(ids))
+            abandon.set()
+
+    def done(self) -> None:
+        with self._lock:
+            self._current = None
 
 
 def cache_for(model):
@@ -116,16 +164,16 @@ class TrackedCache:
         return keep
 
     def extend_to(self, ids: list[int], chunk: int = 512, cancelled=lambda: False,
-                  shared: int = 0) -> tuple[int, int]:
+                  shared: int = 0, finishing=None) -> tuple[int, int]:
         """Make the cache hold exactly ids, reusing the common prefix; prefill the rest in chunks. A cancel stops
         the prefill within one decoder layer, keeping the chunks done so far, except that a chunk inside the first
-        `shared` tokens ends first (prefill_pieces). Returns (reused, computed)."""
+        `shared` tokens ends first unless `finishing` says otherwise (prefill_pieces). Returns (reused, computed)."""
         reused = self.reuse_prefix(ids)
-        for start, stop, finish in prefill_pieces(reused, len(ids), chunk, shared):
+        for start, stop, stop_when in prefill_pieces(reused, len(ids), chunk, shared, cancelled, finishing):
             if cancelled():  # a model without a layer gate can still stop between chunks
                 break
             try:
-                self.forward(ids[start:stop], logits="none", cancelled=None if finish else cancelled)
+                self.forward(ids[start:stop], logits="none", cancelled=stop_when)
             except PassCancelled:
                 break
         return reused, len(self.ids) - reused

@@ -39,10 +39,10 @@ N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, a one-off req
 N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
 # Prefill chunk: 64-512 tokens prefill within noise of each other on 2 Zen 4 cores (1.5B Q4_K_M, 65-94 tok/s, busy
 # machine); a cancel stops a chunk between graph nodes anyway, and between chunks a plain `cancelled()` is asked.
-# A chunk inside the prompt part the next request shares ends even when cancelled (kvcache.prefill_pieces), so the
-# chunk bounds what a cancel wastes when the next request does not share it (the user jumped elsewhere): on a slow
-# CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes 2.5 s. The loader sizes the chunk from the calibrated
-# prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS. Smaller chunks cost efficiency: on that Zen 3, 512 tokens
+# A chunk inside the prompt part the next request shares ends even when cancelled, unless the next request does not
+# share it (kvcache.prefill_pieces, SharedPasses); so the chunk bounds how long a cancel with no next request keeps
+# the engine busy: on a slow CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes 2.5 s. The loader sizes
+# the chunk from the calibrated prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS. Smaller chunks cost efficiency: on that Zen 3, 512 tokens
 # in 16 / 32 / 64 / 128-token chunks ran at 36-45 / 35-43 / 49-55 / 56 tok/s, and 64-token chunks made the engine
 # benchmark's prefill ~6 % slower; so only a CPU slower than that one gets chunks under 128 tokens.
 PREFILL_CHUNK = 128
@@ -293,7 +293,7 @@ class LlamaCppCache:
         return keep
 
     def extend_to(self, ids: list[int], chunk: int | None = None, cancelled=lambda: False,
-                  shared: int = 0) -> tuple[int, int]:
+                  shared: int = 0, finishing=None) -> tuple[int, int]:
         """As TrackedCache.extend_to, in chunks of the model's `prefill_chunk` tokens; through the model's torch
         prefill when it has one and at least `torch_prefill_from` tokens are new."""
         chunk = chunk or self.model.prefill_chunk
@@ -301,18 +301,18 @@ class LlamaCppCache:
         helper = self.model.torch_prefill
         if helper is not None and len(ids) - reused >= self.model.torch_prefill_from:
             try:
-                handoff_prefill(self, helper, ids, cancelled, shared)
+                handoff_prefill(self, helper, ids, cancelled, shared, finishing)
                 return reused, len(self.ids) - reused
             except PassCancelled:
                 return reused, len(self.ids) - reused
             except HandoffUnsupported as exc:
                 log.warning("torch prefill off for %s: %s", self.model.label, exc)
                 self.model.torch_prefill = None
-        for start, stop, finish in prefill_pieces(len(self.ids), len(ids), chunk, shared):
+        for start, stop, stop_when in prefill_pieces(len(self.ids), len(ids), chunk, shared, cancelled, finishing):
             if cancelled():
                 break
             try:
-                self.forward(ids[start:stop], logits="none", cancelled=None if finish else cancelled)
+                self.forward(ids[start:stop], logits="none", cancelled=stop_when)
             except PassCancelled:
                 break
         log.debug("llama.cpp prefill seq %d: %d reused, %d of %d new", self.seq, reused, len(self.ids) - reused,

@@ -88,9 +88,10 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
              decode: Callable[[list[int]], str], stop_token_ids: set[int], cancel: CancelToken | None = None,
              on_tokens: Callable[[list[int], str], None] | None = None,
              on_phase: Callable[[str], None] | None = None,
-             first_allowed: torch.Tensor | None = None) -> CompletionResult:
+             first_allowed: torch.Tensor | None = None, finishing=None) -> CompletionResult:
     """drafter: one drafter, or {name: drafter} for a controller that picks among them. on_phase is told
-    "prefill", "draft" or "verify" as each begins. A cancel stops any model pass within one decoder layer.
+    "prefill", "draft" or "verify" as each begins. A cancel stops any model pass within one decoder layer, except a
+    prefill pass inside request.shared_prefix, which only `finishing` may stop (engine/kvcache.py, SharedPasses).
     first_allowed (token healing): the tokens the first generated token may be; the text returned and seen by
     request.stop starts after request.heal."""
     drafters = drafter if isinstance(drafter, dict) else {ONE_DRAFTER: drafter}
@@ -118,8 +119,8 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         raise ValueError("empty prompt")
     # Prefill everything but the last prompt token, reusing the session's cached prefix.
     on_phase("prefill")
-    stats.reused_prompt_tokens, stats.new_prompt_tokens = target.extend_to(prompt[:-1], cancelled=cancel.is_set,
-                                                                           shared=request.shared_prefix)
+    stats.reused_prompt_tokens, stats.new_prompt_tokens = target.extend_to(
+        prompt[:-1], cancelled=cancel.is_set, shared=request.shared_prefix, finishing=finishing)
     stats.seconds_prefill = time.perf_counter() - started
     tokens = prompt
 

@@ -248,11 +248,12 @@ def never() -> bool:
     return False
 
 
-def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=never, shared: int = 0) -> None:
+def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=never, shared: int = 0,
+                    finishing=None) -> None:
     """Extend the llama.cpp cache `cache` (engine/llamacpp.py), already cut back to its common prefix with ids, to
     ids: the keys and values it holds are read out, the new tokens run here in chunks, and the whole sequence is
     written back. A cancel keeps the chunks that finished, and lets a chunk inside the first `shared` tokens end
-    (engine/kvcache.prefill_pieces). Raises HandoffUnsupported (nothing changed) where the sequence state is in a
+    unless `finishing` says otherwise (engine/kvcache.prefill_pieces). Raises HandoffUnsupported (nothing changed) where the sequence state is in a
     layout engine/kv_handoff.py does not handle."""
     model = cache.model
     if not cache.ids:
@@ -267,11 +268,10 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=neve
     started = time.perf_counter()
     try:
         with torch.inference_mode():
-            for start, stop, finish in prefill_pieces(done, len(ids), CHUNK, shared):
+            for start, stop, stop_when in prefill_pieces(done, len(ids), CHUNK, shared, cancelled, finishing):
                 if cancelled():
                     break
-                keys, values = prefill.forward_chunk(ids[start:stop], start, keys, values,
-                                                     never if finish else cancelled)
+                keys, values = prefill.forward_chunk(ids[start:stop], start, keys, values, stop_when or never)
                 done = stop
     except PassCancelled:
         pass

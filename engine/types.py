@@ -60,8 +60,9 @@ class CompletionRequest:
     # Token healing (engine/healing.py): the bytes of the prompt's backed-off last token. The first generated token
     # must start with them, and the text returned (and seen by `stop`) is what follows them.
     heal: bytes = b""
-    # The first this-many prompt tokens are what the next keystroke's request will share (the prompt up to the FIM
-    # middle when the typed line comes after it): a cancel lets a prefill pass inside them end rather than lose it.
+    # The first this-many prompt tokens are what the next keystroke's request will likely share (the whole prompt when
+    # the typed line comes after the FIM middle): a cancelled prefill pass inside them ends rather than losing its
+    # work, unless the request that follows does not share it after all (kvcache.SharedPasses).
     shared_prefix: int = 0
 
 

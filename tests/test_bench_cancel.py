@@ -1,9 +1,11 @@
 """`codecue-bench server`'s cancel measures on the real server (tiny pair): the server reports which phase the
-engine is in, cancels sent in prefill and in decode stop the engine, and the next request is answered."""
+engine is in, cancels sent in prefill and in decode stop the engine, and the next request (same place, or in prefill
+also another document) is answered."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from codecue_bench.cancel_bench import MEASURES
 from codecue_bench.server_bench import CANCEL_PHASES, run_server_bench
 
 TRIALS = 2
@@ -20,10 +22,13 @@ def test_cancels_in_prefill_and_in_decode_stop_the_engine(tiny_pair_env):
     for phase, seen in CANCEL_PHASES.items():
         caught = [r for r in rows if r["phase"] == phase and r["caught"]]
         summary = result["cancel"][phase]
-        assert summary["caught_trials"] == len(caught) == 2 * TRIALS
+        assert summary["caught_trials"] == len(caught) == len(MEASURES[phase]) * TRIALS
         assert summary["cancel_to_engine_idle_ms"]["n"] == TRIALS
         assert summary["cancel_to_next_result_ms"]["n"] == TRIALS
         assert summary["cancel_to_next_start_ms"]["n"] == TRIALS
+        if phase == "prefill":  # a next request in another document, too
+            assert summary["cancel_to_elsewhere_result_ms"]["n"] == TRIALS
+            assert summary["cancel_to_elsewhere_start_ms"]["n"] == TRIALS
         for r in caught:
             if "cancel_to_next_result_ms" in r:  # the next request's own engine time is part of its wait
                 assert 0 < r["next_engine_ms"] <= r["cancel_to_next_result_ms"]

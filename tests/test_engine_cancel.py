@@ -30,6 +30,7 @@ class Trigger:
     tokens_ok: object  # (tokens in the pass) -> bool: which passes count
     nth: int  # cancel in the nth counted pass
     seen: int = 0
+    then: object = None  # called on the worker right after the cancel (e.g. the next keystroke's request)
 
 
 class LayerLog:
@@ -63,6 +64,8 @@ class LayerLog:
             self.token.set()
             self.fired_at = len(self.calls)
             self.state_at_fire = (self.engine.busy, self.engine.phase)
+            if t.then is not None:
+                t.then()
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -197,9 +200,23 @@ def test_a_cancel_inside_a_pass_on_a_static_cache_keeps_its_prefix():
     (5, 5, 8, 9, []),
 ])
 def test_prefill_pieces_end_on_the_shared_prefix(start, end, chunk, shared, pieces):
+    """A pass inside the shared prefix is stopped by `finishing(its end)` (or nothing), any other by `cancelled`."""
     from engine.kvcache import prefill_pieces
 
-    assert list(prefill_pieces(start, end, chunk, shared)) == pieces
+    def cancelled():
+        return False
+
+    asked = []
+
+    def finishing(stop):
+        asked.append(stop)
+        return (finishing, stop)
+
+    assert list(prefill_pieces(start, end, chunk, shared, cancelled)) == [
+        (first, last, None if inside else cancelled) for first, last, inside in pieces]
+    assert list(prefill_pieces(start, end, chunk, shared, cancelled, finishing)) == [
+        (first, last, (finishing, last) if inside else cancelled) for first, last, inside in pieces]
+    assert asked == [last for _, last, inside in pieces if inside]
 
 
 @pytest.mark.parametrize("shared,kept", [(0, 8), (20, 16)])
@@ -215,3 +232,41 @@ def test_a_cancel_lets_a_shared_prefill_chunk_end_then_stops(rig, shared, kept):
     cache.extend_to(ids, chunk=8, cancelled=token.is_set, shared=shared)
     assert token.is_set() and cache.ids == ids[:kept]
     assert_consistent(cache)
+
+
+@pytest.mark.parametrize("next_request", ["same prompt", "another document", "an edit before the pass's end"])
+def test_a_cancelled_shared_pass_ends_only_if_the_next_request_wants_it(rig, next_request):
+    """A keystroke cancels a request inside a prefill pass of the shared prefix. Whether that pass ends is decided
+    by the next request: one that shares the pass's tokens lets it end and reuses them; one that does not (another
+    document, or an edit before the pass's end) stops it within a layer, so the user who jumped waits for nothing."""
+    engine, log = rig
+    prompt = random_prompt(31, length=PROMPT_TOKENS)  # passes 0-512 and 512-650 shared, then 650-699
+    shared = 650
+    following = {"same prompt": ("doc", prompt),
+                 "another document": ("other", random_prompt(32, length=40)),
+                 "an edit before the pass's end": ("doc", prompt[:600] + random_prompt(33, length=100))}
+    session, next_prompt = following[next_request]
+    submitted = []
+
+    def next_keystroke():
+        submitted.append(engine.submit(CompletionRequest(next_prompt, 2, session=session, drafter="none"),
+                                       CancelToken()))
+
+    # Inside layer 1 of the second shared pass (138 tokens); the first (512 tokens) counts as the first.
+    token = log.arm(Trigger("target", 1, lambda n: n > K + 1, nth=2, then=next_keystroke))
+    first = CompletionRequest(prompt, MAX_NEW, session="doc", drafter="none", shared_prefix=shared)
+    result = engine.submit(first, token).result(timeout=120)
+    log.disarm()
+    following_result = submitted[0].result(timeout=120)
+
+    assert result.finish_reason == "cancelled"
+    cancelled_pass = [(layer, n) for model, layer, n in log.calls[:log.fired_at + 8] if n == shared - 512]
+    ended = next_request == "same prompt"
+    assert [layer for layer, _ in cancelled_pass] == ([0, 1, 2, 3] if ended else [0, 1])
+    # what the cancelled request computed: the first pass, the second only if it ended, never the unshared rest
+    assert result.stats.new_prompt_tokens == (shared if ended else 512)
+    if ended:
+        assert following_result.stats.reused_prompt_tokens == shared
+    else:
+        assert engine.sessions["doc"].target.ids[:512] == prompt[:512]
+    assert_consistent(engine.sessions["doc"].target)

@@ -333,3 +333,24 @@ def test_a_keystroke_lets_a_shared_prefill_pass_end(models, monkeypatch, shared,
     cache.extend_to(ids, cancelled=token.is_set, shared=shared)
     assert cache.ids == ids[:kept]
     assert cache.extend_to(ids) == (kept, 40 - kept)  # the next request reuses what was kept
+
+
+def test_a_shared_prefill_pass_stops_when_the_next_request_abandons_it(models, monkeypatch):
+    """The shared pass runs under `finishing`'s test instead of the cancel (engine/kvcache.SharedPasses): when the
+    next request does not share it, llama.cpp's pass is stopped too."""
+    model = models["target"]
+    monkeypatch.setattr(model, "prefill_chunk", 8)
+    token, abandon = CancelToken(), CancelToken()
+    real_decode = model.decode
+
+    def decode(seq, start, tokens, outputs, cancelled=None):
+        if start == 8:
+            token.set()     # the keystroke arrives as the second pass starts...
+            abandon.set()   # ...and its request does not share the pass
+        return real_decode(seq, start, tokens, outputs, cancelled)
+    monkeypatch.setattr(model, "decode", decode)
+    ids = random_prompt(6)[:40]
+    cache = model.new_cache()
+    cache.extend_to(ids, cancelled=token.is_set, shared=20, finishing=lambda stop: abandon.is_set)
+    assert cache.ids == ids[:8]
+    assert cache.extend_to(ids) == (8, 32)

@@ -136,13 +136,13 @@ class MarkerEngine:
 
 
 @pytest.mark.parametrize("ids,middle_from,shared", [
-    ([1, 2, 3, 99, 7, 8], "line", 4),       # the typed line follows the marker: all before it is shared
+    ([1, 2, 3, 99, 7, 8], "line", 6),       # the typed line follows the marker: a keystroke changes its healed tail
     ([1, 2, 3, 99], "line", 4),             # nothing typed on the line yet
-    ([1, 99, 2, 99, 5], "line", 4),         # the last marker, the one before the typed line
+    ([1, 99, 2, 99, 5], "line", 5),
     ([1, 2, 3, 99], "cursor", 0),           # PSM: a keystroke changes the prefix's end
     ([1, 2, 3], "line", 0),                 # no marker: nothing is known to be shared
 ])
-def test_the_shared_prefix_ends_at_the_middle_marker(ids, middle_from, shared):
+def test_the_next_keystroke_shares_a_line_layout_prompt(ids, middle_from, shared):
     from codecue_lsp.completer import shared_prefix_length
 
     assert shared_prefix_length(MarkerEngine(), ids, middle_from) == shared

@@ -132,6 +132,33 @@ def test_a_cancel_keeps_the_chunks_that_finished(target):
     assert torch.allclose(resumed, fresh, atol=1e-4)
 
 
+@pytest.mark.parametrize("abandoned, kept_chunks", [(False, 3), (True, 2)])
+def test_a_shared_chunk_ends_after_a_cancel_unless_the_next_request_abandons_it(target, abandoned, kept_chunks):
+    """The handoff keeps kvcache.prefill_pieces' rule: a chunk of the shared prefix ends after a cancel (the next
+    chunk does not start), unless `finishing` says the next request does not want it (engine/kvcache.SharedPasses)."""
+    model, torch_model = target
+    ids = random_prompt(9, length=120)
+    helper = model.torch_prefill = prefiller(torch_model, "dense")
+    token = CancelToken()
+    real_forward_chunk = helper.forward_chunk
+
+    def forward_chunk(chunk_ids, start, keys, values, cancelled):
+        if start == 1 + 2 * torch_prefill.CHUNK:
+            token.set()  # a keystroke as the third chunk starts
+        return real_forward_chunk(chunk_ids, start, keys, values, cancelled)
+    helper.forward_chunk = forward_chunk
+    try:
+        cache = model.new_cache()
+        cache.extend_to(ids, cancelled=token.is_set, shared=len(ids),
+                        finishing=lambda stop: token.is_set if abandoned else (lambda: False))
+        assert cache.ids == ids[:1 + kept_chunks * torch_prefill.CHUNK]
+        resumed = next_logits(cache, ids)
+        fresh = next_logits(model.new_cache(), ids)
+    finally:
+        model.torch_prefill = None
+    assert torch.allclose(resumed, fresh, atol=1e-4)
+
+
 def engine_for(model, draft_model) -> Engine:
     fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
     spec = ModelSpec(name="tiny-target", family="tiny", fim=fim, stop_token_ids=STOP_IDS)

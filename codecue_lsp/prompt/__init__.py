@@ -23,13 +23,14 @@ from . import budget as budgeting
 from .context import rank_items, select_items
 from .fim import assemble, count_pieces, display_path, file_block, file_header
 from .fim import display as display_pieces
+from .layout import Layout, Layouts, still_holds
 from .languages import comment_prefix, spec_for, uses_braces
 from .mode import decide_mode, indented_empty_line_mode
 from .syntax import SyntaxCache, SyntaxView, parse_document
 from .text import indentation, line_end_offset, offset_of_position, open_brackets, sanitize
 from .window import FRESH_PARSE_CHARS, Window, syntax_view
 
-__all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "build_prompt"]
+__all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "Layouts", "build_prompt"]
 
 NEAR_ROWS_BEFORE, NEAR_ROWS_AFTER = 15, 3
 BRACKET_LOOKBACK_ROWS = 20
@@ -68,6 +69,7 @@ class BuiltPrompt:
     prefix_start: int = 0    # document offset where the prefix starts (stable while the user types)
     cursor_offset: int = 0   # document offset of the cursor
     context_items: list = field(default_factory=list)  # (path, item text) that went into the context
+    layout: Layout | None = None  # what the next keystroke's prompt may keep (layout.py)
 
     @property
     def display(self) -> str:
@@ -77,9 +79,11 @@ class BuiltPrompt:
 
 def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens: Callable[[str], int],
                  other_docs: Sequence[OpenDocument] = (), budget: PromptBudget = PromptBudget(),
-                 syntax: SyntaxCache | None = None, middle_from: str = "cursor") -> BuiltPrompt:
+                 syntax: SyntaxCache | None = None, middle_from: str = "cursor",
+                 previous: Layout | None = None) -> BuiltPrompt:
     """Build the prompt for the cursor at LSP (line, UTF-16 character); never raises on odd text or positions.
-    middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; heal it)."""
+    middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; heal it).
+    previous: the last prompt's layout for this document (BuiltPrompt.layout), kept while it holds (layout.py)."""
     if middle_from not in ("line", "cursor"):
         raise ValueError(f"middle_from must be 'line' or 'cursor', not {middle_from!r}")
     text = sanitize(doc.text or "")
@@ -134,38 +138,44 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                                              boundaries, lines)
 
     base_budget = budget.total - overhead - suffix_tokens
-    prefix_start = choose_prefix(base_budget - budget.context)
-
-    # Context: imports and signatures not already visible, ranked by relevance, in a stable layout.
-    near_start = window.row_start(max(cursor_row - NEAR_ROWS_BEFORE, window.first_row)) or window.start
-    near_end = window.row_end(cursor_row + NEAR_ROWS_AFTER) or window.end
     others = [d for d in other_docs if d.uri != doc.uri]
-    other_outlines = [_outline(d, syntax) for d in others]
-    current_outline = view.outline() if view is not None else []
-    headers = [current_header] + [file_header(fim, display_path(d.uri, doc.uri), comment_prefix(d.language_id))
-                                  for d in others]
-    prefix_row = text.count("\n", window.start, prefix_start) + window.first_row
-    candidates = rank_items(current_outline, other_outlines, text[near_start:near_end], cursor_row,
-                            (prefix_row, suffix_last_row))
-    chosen = select_items(candidates, budget.context, count_tokens,
-                          lambda source: 0 if source == 0 else count_pieces(headers[source], count_tokens))
-    context_tokens = sum(count_tokens(item.text + "\n") for items in chosen.values() for item in items)
-    context_tokens += sum(count_pieces(headers[source], count_tokens) for source in chosen if source)
-
-    # What the context left unused goes back to the prefix.
-    if context_tokens < budget.context:
-        prefix_start = choose_prefix(base_budget - context_tokens)
+    other_outlines = {d.uri: _outline(d, syntax) for d in others}
+    headers = {doc.uri: current_header}
+    headers.update((d.uri, file_header(fim, display_path(d.uri, doc.uri), comment_prefix(d.language_id)))
+                   for d in others)
+    layout = previous if still_holds(previous, doc.uri, text, line_start, other_outlines) else None
+    if layout is not None and count_tokens(text[layout.prefix_start:prefix_end]) + layout.context_tokens > base_budget:
+        layout = None  # the prefix outgrew it: choose afresh
+    if layout is None:
+        # Context: imports and signatures not already visible, ranked by relevance, in a stable layout.
+        prefix_start = choose_prefix(base_budget - budget.context)
+        near_start = window.row_start(max(cursor_row - NEAR_ROWS_BEFORE, window.first_row)) or window.start
+        near_end = window.row_end(cursor_row + NEAR_ROWS_AFTER) or window.end
         prefix_row = text.count("\n", window.start, prefix_start) + window.first_row
-        chosen[0] = [item for item in chosen.get(0, [])
-                     if item.end_row < prefix_row or item.start_row > suffix_last_row]
+        current_outline = view.outline() if view is not None else []
+        candidates = rank_items(current_outline, [other_outlines[d.uri] for d in others],
+                                text[near_start:near_end], cursor_row, (prefix_row, suffix_last_row))
+        sources = [doc.uri] + [d.uri for d in others]
+        chosen = select_items(candidates, budget.context, count_tokens,
+                              lambda source: 0 if source == 0 else count_pieces(headers[sources[source]], count_tokens))
+        context_tokens = sum(count_tokens(item.text + "\n") for items in chosen.values() for item in items)
+        context_tokens += sum(count_pieces(headers[sources[source]], count_tokens) for source in chosen if source)
 
-    context, context_items = [], []
-    for source, other in enumerate(others, start=1):
-        if chosen.get(source):
-            context += file_block(headers[source], [item.text for item in chosen[source]])
-            context_items += [(display_path(other.uri, doc.uri), item.text) for item in chosen[source]]
-    context += file_block(current_header, [item.text for item in chosen.get(0, [])])
-    context_items += [(display_path(doc.uri, doc.uri), item.text) for item in chosen.get(0, [])]
+        # What the context left unused goes back to the prefix.
+        if context_tokens < budget.context:
+            prefix_start = choose_prefix(base_budget - context_tokens)
+            prefix_row = text.count("\n", window.start, prefix_start) + window.first_row
+            chosen[0] = [item for item in chosen.get(0, [])
+                         if item.end_row < prefix_row or item.start_row > suffix_last_row]
+        items = tuple((sources[source], tuple(chosen[source])) for source in range(1, len(sources))
+                      if chosen.get(source)) + ((doc.uri, tuple(chosen.get(0, []))),)
+        spans = tuple((window.row_start(item.start_row) or 0, window.row_end(item.end_row) or len(text))
+                      for item in chosen.get(0, []))
+        layout = Layout(doc.uri, text, prefix_start, items, spans, context_tokens)
+
+    context = _context_pieces(layout.items, headers)
+    context_items = [(display_path(uri, doc.uri), item.text) for uri, items in layout.items for item in items]
+    prefix_start = layout.prefix_start
     prefix = text[prefix_start:prefix_end]
     split = min(max(line_start, prefix_start), prefix_end) if middle_from == "line" else prefix_end
     pieces = assemble(fim, context, text[prefix_start:split], suffix, middle=text[split:prefix_end])
@@ -176,7 +186,12 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                   "suffix": suffix_tokens},
         withheld=withheld, header_indent=header_indent, braces=braces, language_id=language_id,
         open_brackets=open_brackets(text[min(lookback, offset):offset]) if mode == "line" else 0,
-        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items)
+        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items, layout=layout)
+
+
+def _context_pieces(items, headers) -> list:
+    """Each file's block of items, in layout order (the current file's last, even when empty: it names the file)."""
+    return [piece for uri, file_items in items for piece in file_block(headers[uri], [i.text for i in file_items])]
 
 
 def _syntax_rows(view: SyntaxView, window: Window, cursor_row: int):

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from .languages import LanguageSpec, load_language, spec_for
-from .text import encode, sanitize
+from .text import common_prefix_length, common_suffix_length, encode, sanitize
 
 # Documents larger than this are not parsed whole; the prompt builder parses a window around the cursor.
 MAX_PARSE_BYTES = 1_000_000
@@ -42,29 +42,6 @@ def parse_bytes(language_id: str, source: bytes):
         return None
 
 
-def _common_prefix_length(a: bytes, b: bytes) -> int:
-    """Length of the common prefix, by binary search over C-level slice comparisons (fast on megabytes)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-def _common_suffix_length(a: bytes, b: bytes, limit: int) -> int:
-    low, high = 0, limit
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[len(a) - mid:] == b[len(b) - mid:]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 def _point(source: bytes, offset: int) -> tuple[int, int]:
     row = source.count(b"\n", 0, offset)
     return row, offset - (source.rfind(b"\n", 0, offset) + 1)
@@ -74,8 +51,8 @@ def text_edit(old: bytes, new: bytes) -> dict | None:
     """The single-range edit turning `old` into `new`, as keyword arguments for `Tree.edit`; None if equal."""
     if old == new:
         return None
-    start = _common_prefix_length(old, new)
-    tail = _common_suffix_length(old, new, min(len(old), len(new)) - start)
+    start = common_prefix_length(old, new)
+    tail = common_suffix_length(old, new, min(len(old), len(new)) - start)
     old_end, new_end = len(old) - tail, len(new) - tail
     return dict(start_byte=start, old_end_byte=old_end, new_end_byte=new_end,
                 start_point=_point(old, start), old_end_point=_point(old, old_end),

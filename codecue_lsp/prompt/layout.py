@@ -1,0 +1,80 @@
+"""Keeping a prompt's stable part while the user types in one place.
+
+The KV cache reuses a prompt only up to its first changed token, and the context (imports, signatures) and the
+prefix start come first. Chosen afresh on every keystroke they flicker: an unclosed string or bracket hides the rest
+of the file from the parser while it is typed, the prefix boundaries and the ranked items follow, and each flicker
+costs a whole prefill (about 1,300 tokens: ~27 s on 2 Zen 3 cores, docs/benchmarks.md). So a prompt keeps the last
+layout of its document while it still holds: the text before the prefix start is unchanged, no edit since touched a
+context item of this file, the other files' items are still in their outlines, and it still fits the budget.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Mapping
+
+from .context import OutlineItem
+from .text import common_prefix_length, common_suffix_length
+
+# Each layout holds its document's text; the engine keeps KV caches for 4 documents (Engine.max_sessions), so a few
+# more than that is plenty.
+REMEMBERED_DOCUMENTS = 16
+
+
+@dataclass(frozen=True)
+class Layout:
+    uri: str
+    text: str                 # the document when the layout was chosen (edits are measured against it)
+    prefix_start: int         # offset in `text` where the current file's prefix starts
+    items: tuple              # (document uri, (OutlineItem, ...)) in prompt order; this document last
+    spans: tuple              # (start, end) offsets in `text` of this document's items
+    context_tokens: int       # what the prefix was chosen to leave for the items and the other files' headers
+
+
+def unchanged_ends(old: str, new: str) -> tuple[int, int]:
+    """Lengths of the longest common start and end of two texts (not overlapping): what an edit left alone."""
+    head = common_prefix_length(old, new)
+    return head, common_suffix_length(old, new, min(len(old), len(new)) - head)
+
+
+def still_holds(layout: Layout | None, uri: str, text: str, line_start: int,
+                outlines: Mapping[str, list[OutlineItem]]) -> bool:
+    """Whether the last layout of `uri` can be kept for `text` with the cursor line starting at `line_start`.
+    outlines: the other open documents' current outlines by uri."""
+    if layout is None or layout.uri != uri or layout.prefix_start > line_start:
+        return False
+    head, tail = unchanged_ends(layout.text, text)
+    if layout.prefix_start > head:
+        return False
+    changed_end = len(layout.text) - tail  # the edits replaced layout.text[head:changed_end]
+    if any(start < changed_end and end > head for start, end in layout.spans):
+        return False
+    for other, items in layout.items:
+        if other == uri:
+            continue
+        if other not in outlines:
+            return False
+        present = {item.text for item in outlines[other]}
+        if any(item.text not in present for item in items):
+            return False
+    return True
+
+
+class Layouts:
+    """The last layout of each recently completed document (a bounded LRU). Used from one thread: the prompt
+    thread, or the caller of a blocking completion."""
+
+    def __init__(self, size: int = REMEMBERED_DOCUMENTS) -> None:
+        self.size = size
+        self.last: OrderedDict[str, Layout] = OrderedDict()
+
+    def get(self, uri: str) -> Layout | None:
+        return self.last.get(uri)
+
+    def remember(self, layout: Layout | None) -> None:
+        if layout is None:
+            return
+        self.last[layout.uri] = layout
+        self.last.move_to_end(layout.uri)
+        while len(self.last) > self.size:
+            self.last.popitem(last=False)
