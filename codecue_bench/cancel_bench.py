@@ -57,7 +57,7 @@ async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, t
                 bench.delete(uri, (line, end_of_line), (line + 2, len(indent)))
             elif phase == "decode":  # the rest of a line (a random model rarely ends a block, but soon ends a line)
                 # different each time: the same text would be answered from the type-through cache after a "next"
-                mark = f"\u00a7{attempt}"
+                mark = f"\u00a7d{attempt}"
                 bench.insert(uri, line, len(typed_line), mark)
                 end = len(typed_line) + len(mark)
                 row = await cancel_trial(bench, phase, measure, uri, line, end, f"cancel-{phase}-{attempt}")
@@ -65,7 +65,7 @@ async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, t
             else:
                 fresh = uri.replace("/bench.", f"/cancel-{attempt}.")
                 bench.open(fresh, doc)
-                mark = f"\u00a7{attempt}"
+                mark = f"\u00a7p{attempt}"  # not a decode trial's: its answer would come from the type-through cache
                 bench.insert(uri, line, len(typed_line), mark)
                 elsewhere = (uri, line, len(typed_line) + len(mark)) if measure == "elsewhere" else None
                 row = await cancel_trial(bench, phase, measure, fresh, line, 0, f"cancel-{phase}-{attempt}", elsewhere)
@@ -81,7 +81,8 @@ async def cancel_trial(bench: BenchClient, phase: str, measure: str, uri: str, l
     """One cancel; the next request (measures other than idle) goes to next_at (uri, line, character), or to the
     cancelled request's own place."""
     row = {"phase": phase, "measure": measure, "caught": False}
-    before = (await bench.stats())["engine"]
+    stats = await bench.stats()
+    before, typethrough_before = stats["engine"], stats["typethrough_hits"]
     sent = bench.send(uri, line, character, msg_id)
     request = asyncio.wrap_future(sent)
     row["phase_seen"] = await wait_for_phase(bench, request, CANCEL_PHASES[phase])
@@ -101,6 +102,8 @@ async def cancel_trial(bench: BenchClient, phase: str, measure: str, uri: str, l
         row["cancel_to_engine_idle_ms"] = ms(time.perf_counter() - t0)
     else:
         await bench.complete(*(next_at or (uri, line, character)))
+        if (await bench.stats())["typethrough_hits"] > typethrough_before:  # no engine result would ever come
+            raise RuntimeError(f"{msg_id}: the next request was answered from the type-through cache")
         row["cancel_to_next_result_ms"] = ms(time.perf_counter() - t0)
         row["next_engine_ms"] = ms(await next_engine_seconds(bench, before))
         row["cancel_to_next_start_ms"] = round(row["cancel_to_next_result_ms"] - row["next_engine_ms"], 1)
