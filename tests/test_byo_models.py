@@ -18,7 +18,7 @@ from codecue_lsp.config import Settings
 from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.text import split_cursor
 from codecue_lsp.remote import build_remote_completer
-from engine import CompletionRequest, Engine, fetch
+from engine import CompletionRequest, Engine, models_cli
 from engine.local_models import first_difference
 from engine.models import ModelsError, load_config, load_pair, model_dir
 from engine.testing import SPECIAL_TOKENS, build_tiny_model, build_tokenizer, training_corpus, write_gguf
@@ -181,8 +181,8 @@ def fetched_home(byo, tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as mp:
         use(mp, byo, home)
-        assert fetch.main(["fetch", "--pair", "hf-gguf"]) == 0
-        assert fetch.main(["fetch", "--pair", "gguf-hf"]) == 0
+        assert models_cli.main(["fetch", "--pair", "hf-gguf"]) == 0
+        assert models_cli.main(["fetch", "--pair", "gguf-hf"]) == 0
     return home
 
 
@@ -195,7 +195,7 @@ def fetched(byo, fetched_home, monkeypatch):
 def list_states(capsys) -> dict[str, str]:
     """`codecue-models list`: model name -> state (third column of a model's line), and the whole output."""
     capsys.readouterr()  # only the list's own output
-    assert fetch.main(["list"]) == 0
+    assert models_cli.main(["list"]) == 0
     out = capsys.readouterr().out
     states = {}
     for line in out.splitlines():
@@ -245,7 +245,7 @@ def test_list_shows_states_and_fetch_converts_without_touching_the_users_files(b
     assert states["gguf-nowhere"] == "missing" and "fix `gguf_path` of gguf-nowhere" in out
     assert f"local directory {byo['root'] / 'hf-target'}" in out and f"local GGUF {byo['target_gguf']}" in out
 
-    assert fetch.main(["fetch", "--pair", "hf-gguf", "--remove-gguf"]) == 0  # never removes the user's GGUF
+    assert models_cli.main(["fetch", "--pair", "hf-gguf", "--remove-gguf"]) == 0  # never removes the user's GGUF
     states, out = list_states(capsys)
     assert states["gguf-draft"] == "ready" and states["gguf-target"] == "needs-fetch"
     hf_gguf = out.split("pair hf-gguf")[1].split("\npair ")[0]
@@ -254,11 +254,11 @@ def test_list_shows_states_and_fetch_converts_without_touching_the_users_files(b
     converted = tmp_path / "home" / "models" / "gguf-draft"
     assert (converted / "tokenizer.json").is_file() and list(converted.glob("*.safetensors"))
     assert not (tmp_path / "home" / "models" / "hf-target").exists() and not (tmp_path / "home" / "gguf").exists()
-    assert fetch.main(["verify", "--pair", "hf-gguf", "--quiet"]) == 0
+    assert models_cli.main(["verify", "--pair", "hf-gguf", "--quiet"]) == 0
 
     # A second fetch has nothing to do; a replaced GGUF (other mtime) needs converting again.
     capsys.readouterr()
-    assert fetch.main(["fetch", "--pair", "hf-gguf"]) == 0
+    assert models_cli.main(["fetch", "--pair", "hf-gguf"]) == 0
     assert "converting" not in capsys.readouterr().err
     stat = (byo["root"] / "draft.gguf").stat()
     try:
@@ -275,12 +275,12 @@ def test_sha256_mismatch_is_refused_naming_the_file_and_both_digests(byo, tmp_pa
     use(monkeypatch, byo, tmp_path / "home")
     gguf = byo["root"] / "target.gguf"
     before = gguf.read_bytes()
-    assert fetch.main(["fetch", "--pair", "wrong-sha"]) == 1
+    assert models_cli.main(["fetch", "--pair", "wrong-sha"]) == 1
     err = capsys.readouterr().err
     assert str(gguf) in err and hashlib.sha256(before).hexdigest() in err and "0" * 64 in err
     assert "Traceback" not in err
     assert gguf.read_bytes() == before and not (tmp_path / "home" / "models" / "gguf-wrong-sha").exists()
-    assert fetch.main(["verify", "--pair", "wrong-sha", "--quiet"]) == 1
+    assert models_cli.main(["verify", "--pair", "wrong-sha", "--quiet"]) == 1
     assert hashlib.sha256(before).hexdigest() in capsys.readouterr().err
 
 
@@ -290,7 +290,7 @@ def test_missing_files_name_the_fix(byo, tmp_path, monkeypatch, capsys):
         load_pair("nowhere", device="cpu")
     with pytest.raises(ModelsError, match=r"gguf-target is not ready: .*run `codecue-models fetch --pair gguf-hf`"):
         load_pair("gguf-hf", device="cpu")
-    assert fetch.main(["fetch", "--pair", "nowhere"]) == 1
+    assert models_cli.main(["fetch", "--pair", "nowhere"]) == 1
     assert "nowhere.gguf does not exist" in capsys.readouterr().err
     # A directory without its tokenizer files: the list names what is missing.
     broken = tmp_path / "broken"
@@ -307,9 +307,9 @@ def test_missing_files_name_the_fix(byo, tmp_path, monkeypatch, capsys):
 
 
 def test_path_prints_a_local_directory(fetched, byo, capsys):
-    assert fetch.main(["path", "hf-target"]) == 0
+    assert models_cli.main(["path", "hf-target"]) == 0
     assert capsys.readouterr().out.strip() == str(byo["root"] / "hf-target")
-    assert fetch.main(["path", "gguf-target"]) == 0
+    assert models_cli.main(["path", "gguf-target"]) == 0
     assert capsys.readouterr().out.strip() == str(fetched / "models" / "gguf-target")
 
 
@@ -323,7 +323,7 @@ def test_a_draft_with_another_vocabulary_is_refused(fetched, capsys):
     assert "384 vs 300 token ids" in message and "is only in the target's" in message
     states, out = list_states(capsys)
     assert states["hf-other-vocab"] == "ready" and "vocabulary: DIFFERENT" in out
-    assert fetch.main(["verify", "--pair", "other-vocab", "--quiet"]) == 1
+    assert models_cli.main(["verify", "--pair", "other-vocab", "--quiet"]) == 1
     assert "different vocabularies" in capsys.readouterr().err
     with pytest.raises(ModelsError, match=r"gguf-target and the draft hf-other-corpus have different vocabularies "
                                           r"\(384 vs 384 token ids; first difference at id \d+: "):

@@ -239,7 +239,7 @@ def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from engine import calibrate
-    from engine.fetch import main
+    from engine.models_cli import main
     from engine.models import model_dir
     from engine.testing import TINY_DRAFT, TINY_TARGET, build_tiny_pair, write_gguf
 

