@@ -18,4 +18,5 @@ def latency_summary(values: list[float]) -> dict:
 
 
 def distribution(values: list[float]) -> dict:
-    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values, default=0.0)}
+    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99),
+            "max": max(values, default=0.0)}

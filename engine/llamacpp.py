@@ -42,9 +42,10 @@ N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
 # A chunk inside the prompt part the next request shares ends even when cancelled, unless the next request does not
 # share it (kvcache.prefill_pieces, SharedPasses); so the chunk bounds how long a cancel with no next request keeps
 # the engine busy: on a slow CPU (50 tok/s on an AVX2-only Zen 3) a 128-token chunk takes 2.5 s. The loader sizes
-# the chunk from the calibrated prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS. Smaller chunks cost efficiency: on that Zen 3, 512 tokens
-# in 16 / 32 / 64 / 128-token chunks ran at 36-45 / 35-43 / 49-55 / 56 tok/s, and 64-token chunks made the engine
-# benchmark's prefill ~6 % slower; so only a CPU slower than that one gets chunks under 128 tokens.
+# the chunk from the calibrated prefill rate (`prefill_chunk_for`): at most CHUNK_SECONDS. Smaller chunks cost
+# efficiency: on that Zen 3, 512 tokens in 16 / 32 / 64 / 128-token chunks ran at 36-45 / 35-43 / 49-55 / 56 tok/s,
+# and 64-token chunks made the engine benchmark's prefill ~6 % slower; so only a CPU slower than that one gets chunks
+# under 128 tokens.
 PREFILL_CHUNK = 128
 MIN_PREFILL_CHUNK = 16
 CHUNK_SECONDS = 3.0

@@ -253,8 +253,8 @@ def handoff_prefill(cache, prefill: TorchPrefill, ids: list[int], cancelled=neve
     """Extend the llama.cpp cache `cache` (engine/llamacpp.py), already cut back to its common prefix with ids, to
     ids: the keys and values it holds are read out, the new tokens run here in chunks, and the whole sequence is
     written back. A cancel keeps the chunks that finished, and lets a chunk inside the first `shared` tokens end
-    unless `finishing` says otherwise (engine/kvcache.prefill_pieces). Raises HandoffUnsupported (nothing changed) where the sequence state is in a
-    layout engine/kv_handoff.py does not handle."""
+    unless `finishing` says otherwise (engine/kvcache.prefill_pieces). Raises HandoffUnsupported (nothing changed)
+    where the sequence state is in a layout engine/kv_handoff.py does not handle."""
     model = cache.model
     if not cache.ids:
         cache.forward(ids[:1], logits="none", cancelled=cancelled)  # one cell, so the state shows the layout
