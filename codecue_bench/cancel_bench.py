@@ -65,11 +65,15 @@ async def cancel_trials_run(bench: BenchClient, uri: str, doc: str, line: int, t
             else:
                 fresh = uri.replace("/bench.", f"/cancel-{attempt}.")
                 bench.open(fresh, doc)
-                mark = f"\u00a7p{attempt}"  # not a decode trial's: its answer would come from the type-through cache
-                bench.insert(uri, line, len(typed_line), mark)
-                elsewhere = (uri, line, len(typed_line) + len(mark)) if measure == "elsewhere" else None
+                # The open document gets a mark only when the next request goes there; not a decode trial's mark:
+                # that text's answer would come from the type-through cache.
+                mark, elsewhere = f"\u00a7p{attempt}", None
+                if measure == "elsewhere":
+                    bench.insert(uri, line, len(typed_line), mark)
+                    elsewhere = (uri, line, len(typed_line) + len(mark))
                 row = await cancel_trial(bench, phase, measure, fresh, line, 0, f"cancel-{phase}-{attempt}", elsewhere)
-                bench.delete(uri, (line, len(typed_line)), (line, len(typed_line) + len(mark)))
+                if elsewhere:
+                    bench.delete(uri, (line, len(typed_line)), (line, len(typed_line) + len(mark)))
                 bench.close(fresh)
             rows.append(row)
             done[measure] += row["caught"]
