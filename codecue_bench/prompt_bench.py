@@ -5,7 +5,10 @@ Each HumanEval problem becomes a whole file (prompt + canonical solution + tests
 removed and the cursor put after its indentation, as an editor's auto-indent leaves it (`--cursor typed`: after
 the line's first word too, as if the user had typed it). The server's own build_prompt + post-processing make the
 completion; the typed part plus its first line is compared with the removed line. Every suffix budget and middle
-split (`--middle-from line,cursor`) runs on the same holes in one process. Greedy, so each result is deterministic.
+split (`--middle-from line,cursor,line:8`) runs on the same holes in one process. Greedy, so each result is
+deterministic. `line:N` is the prompt the server builds when the middle started N-1 lines above the hole's line and
+the user typed down to it (the middle kept across newlines, prompt/layout.middle_start): the worst case of
+`--middle-lines N`.
 """
 from __future__ import annotations
 
@@ -47,18 +50,19 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
 
     from codecue_lsp.completer import encode_built
     from codecue_lsp.postprocess import make_stop_predicate, postprocess
-    from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
+    from codecue_lsp.prompt import OpenDocument, PromptBudget
 
     # A target format asked for by name loads without the draft: quality is the target's alone (lookup drafts only).
     engine = Engine(load_pair(pair, target_weights=target_weights, with_draft=False if target_weights else None))
     cases = holes(count, cursor)
+    for split in splits:
+        parse_split(split)  # a typo fails before the first hole, not after an hour
     results = {(s, b): {"exact": 0, "prompt_tokens": 0, "seconds": 0.0} for s in splits for b in budgets}
     for name, text, line, character, truth in cases:
         doc = OpenDocument(f"file:///bench/{name.replace('/', '_')}.py", "python", text)
         typed = text.split("\n")[line][:character]
         for split, budget in results:
-            built = build_prompt(doc, line, character, engine.fim, engine.count_tokens,
-                                 budget=PromptBudget(suffix=budget), middle_from=split)
+            built = built_for(split, doc, line, character, engine, PromptBudget(suffix=budget))
             ids, heal = encode_built(engine, built)  # as the server does
             started = time.perf_counter()
             result = engine.complete(CompletionRequest(ids, max_new_tokens, stop=make_stop_predicate(built),
@@ -76,6 +80,34 @@ def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_w
                      for (s, b), r in results.items()]}
 
 
+def parse_split(split: str) -> tuple[str, int]:
+    """"line" | "cursor" | "line:N" -> (middle_from, lines the middle spans)."""
+    name, _, lines = split.partition(":")
+    if name not in ("line", "cursor") or (lines and (name != "line" or not lines.isdigit() or int(lines) < 1)):
+        raise ValueError(f"--middle-from takes line, cursor or line:N (N >= 1), not {split!r}")
+    return name, int(lines or 1)
+
+
+def built_for(split: str, doc, line: int, character: int, engine, budget):
+    from codecue_lsp.prompt import build_prompt
+    from codecue_lsp.prompt.layout import with_middle
+
+    middle_from, lines = parse_split(split)
+    built = build_prompt(doc, line, character, engine.fim, engine.count_tokens, budget=budget,
+                         middle_from=middle_from)
+    if lines == 1:
+        return built
+    # As if the middle had started `lines - 1` lines above and the user had typed down to here since.
+    text = doc.text
+    start = 0
+    for _ in range(max(line - lines + 1, 0)):
+        start = text.index("\n", start) + 1
+    start = max(start, built.prefix_start)
+    previous = with_middle(built.layout, text, start, built.suffix)
+    return build_prompt(doc, line, character, engine.fim, engine.count_tokens, budget=budget,
+                        middle_from=middle_from, previous=previous, middle_lines=lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="codecue-bench prompt", description=__doc__)
     parser.add_argument("--pair", default="default")
@@ -87,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cursor", default="indent", choices=("indent", "typed"),
                         help="what of the removed line is typed: its indentation, or its first word too")
     parser.add_argument("--middle-from", default="line",
-                        help="comma-separated: where the middle starts, line (the server's default, healed) and/or "
-                             "cursor (plain PSM)")
+                        help="comma-separated: where the middle starts, line (the server's default, healed), "
+                             "cursor (plain PSM) and/or line:N (the middle started N-1 lines above the hole)")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.suffix_budgets.split(",")]

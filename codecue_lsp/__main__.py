@@ -30,6 +30,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--middle-from", choices=("line", "cursor"),
                         help="where the FIM middle starts: line (default: typing mid-file re-runs only the cursor's "
                              "line, its last token healed) or cursor (plain PSM; remote engines always use it)")
+    parser.add_argument("--middle-lines", type=int, metavar="N",
+                        help="with --middle-from line: the most lines the middle may span before it starts again at "
+                             "the cursor's line (default 8; 1 = only that line, so Enter re-runs the suffix)")
+    parser.add_argument("--next-line", choices=("on", "off"),
+                        help="after a suggestion that ends its line, write the next line in the background, ready "
+                             "when the suggestion is taken or Enter pressed (default on; local engine only)")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
@@ -50,7 +56,7 @@ def cli_settings(args: argparse.Namespace) -> dict:
     given = {
         "pair": args.pair, "device": args.device, "dtype": args.dtype, "max_tokens": args.max_tokens,
         "debounce_ms": args.debounce_ms, "drafter": args.drafter, "middle_from": args.middle_from,
-        "enabled_languages": args.languages,
+        "middle_lines": args.middle_lines, "next_line": args.next_line, "enabled_languages": args.languages,
         "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
         "remote_model": args.remote_model,
     }

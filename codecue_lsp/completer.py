@@ -65,7 +65,7 @@ class Completer:
         cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
                              other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from,
-                             previous=self.layouts.get(doc.uri))
+                             previous=self.layouts.get(doc.uri), middle_lines=settings.middle_lines)
         self.layouts.remember(built.layout)
         ids, heal = encode_built(self.engine, built)
         request = CompletionRequest(

@@ -14,6 +14,8 @@ CONFIG_SECTION = "codecue"
 DRAFTERS = ("auto", "none", "draft", "lookup", "hybrid")  # auto: by expected gain on this machine
 # Settings that only take effect when the model pair is loaded; changing them later needs a restart.
 LOAD_SETTINGS = ("pair", "device", "dtype", "engine")
+# Larger documents get no completions and no syntax tree: generated or data files, not code being typed.
+MAX_DOCUMENT_CHARS = 1_000_000
 DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust",
                      "java", "c", "cpp")
 
@@ -30,6 +32,12 @@ class Settings:
     # engine heals its last token: a keystroke mid-file re-runs that line, not the suffix) or "cursor" (plain PSM).
     # Remote engines cannot heal and always get "cursor". See prompt/__init__ and docs/benchmarks.md.
     middle_from: str = "line"
+    # In the line split, the most lines the middle may span before it starts again at the cursor's line (1: only
+    # that line). Lines typed since it started stay after the marker, so Enter does not re-run the suffix.
+    middle_lines: int = 8
+    # After a suggestion that ends the cursor's line, write the next line in the background (inline.py): it is
+    # ready when the suggestion is taken or Enter pressed. Local engine only (a shared server gets no extra load).
+    next_line: bool = True
     # Empty tuple = every language. "*" in the list also means every language.
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"
@@ -119,6 +127,14 @@ def _log_level(value: Any) -> str:
     return value
 
 
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("on", "true", "1", "off", "false", "0"):
+        return value.strip().lower() in ("on", "true", "1")
+    raise TypeError("expected true/false (or on/off)")
+
+
 def _engine(value: Any) -> str:
     value = _text(value)
     if value != "local" and not value.startswith(("http://", "https://")):
@@ -143,6 +159,8 @@ _PARSERS = {
     "debounce_ms": _int_in(0, 5000),
     "drafter": _one_of(DRAFTERS),
     "middle_from": _one_of(("line", "cursor")),
+    "middle_lines": _int_in(1, 200),
+    "next_line": _flag,
     "enabled_languages": _languages,
     "log_level": _log_level,
     "log_file": _text,

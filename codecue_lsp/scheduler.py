@@ -1,7 +1,9 @@
 """Per-document request scheduling: at most one completion in flight per document; prompts built off the loop.
 
 A newer request or an edit of the same document supersedes the older request: its CancelToken is set (the engine
-stops within one speculative step) and its handler answers an empty list instead of stale text.
+stops within one speculative step) and its handler answers an empty list instead of stale text. Background work
+(the next line, inline.py) goes on through edits and type-through answers, and stops for any request that needs the
+engine.
 """
 from __future__ import annotations
 
@@ -33,9 +35,14 @@ class Ticket:
 
 
 class Scheduler:
+    """Requests in flight, one per document, and at most one piece of background work (inline.py's next line),
+    which no edit stops, only a request that needs the engine (stop_background)."""
+
     def __init__(self) -> None:
         self._in_flight: dict[str, Ticket] = {}
         self._numbers = itertools.count(1)
+        self.background: Ticket | None = None
+        self._background_key = None
 
     def begin(self, uri: str, version: int | None) -> tuple[Ticket, Ticket | None]:
         """Start a request; returns (its ticket, the older ticket it superseded or None)."""
@@ -53,9 +60,31 @@ class Scheduler:
         older.token.set()
         return older
 
+    def begin_background(self, uri: str, version: int | None, key) -> Ticket | None:
+        """Start work nobody waits for, in place of any other; None while any request is in flight (the engine
+        is shared: it goes first) or the same work (same `key`) is already running."""
+        if self._in_flight:
+            return None
+        if self.background is not None and self.background.live and self._background_key == key:
+            return None
+        self.stop_background()
+        self.background = Ticket(uri=uri, version=version, number=next(self._numbers))
+        self._background_key = key
+        return self.background
+
+    def stop_background(self, uri: str | None = None) -> None:
+        """Stop the background work (only if it is `uri`'s, when given): a request needs the engine."""
+        work = self.background
+        if work is not None and (uri is None or work.uri == uri):
+            work.superseded = True
+            work.token.set()
+            self.background = None
+
     def finish(self, ticket: Ticket) -> None:
         if self._in_flight.get(ticket.uri) is ticket:
             del self._in_flight[ticket.uri]
+        if self.background is ticket:
+            self.background = None
 
     def in_flight(self, uri: str) -> Ticket | None:
         return self._in_flight.get(uri)
@@ -63,6 +92,7 @@ class Scheduler:
     def cancel_all(self) -> None:
         for uri in list(self._in_flight):
             self.supersede(uri)
+        self.stop_background()
 
 
 async def debounce(ticket: Ticket, seconds: float) -> bool:

@@ -13,18 +13,18 @@ import logging
 import os
 import re
 import threading
-import time
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
-from .config import CONFIG_SECTION, Settings, configure_logging, quiet_pygls, restart_needed
+from . import inline
+from .config import CONFIG_SECTION, MAX_DOCUMENT_CHARS, Settings, configure_logging, quiet_pygls, restart_needed
 from .loading import load_models
-from .positions import UNIT_COUNTERS, count_units, cursor_at, item_edit, utf16_units
+from .positions import UNIT_COUNTERS, utf16_units
 from .protocol import CodeCueProtocol
-from .scheduler import PromptWorker, Scheduler, await_engine, debounce
+from .scheduler import PromptWorker, Scheduler
 from .telemetry import Telemetry, event_params
 from .typethrough import TypeThroughCache
 from .workspace_sync import WorkspaceSync
@@ -41,8 +41,6 @@ def server_version() -> str:
         return "0.1.0+source"
 
 
-# Larger documents get no completions and no syntax tree: generated or data files, not code being typed.
-MAX_DOCUMENT_CHARS = 1_000_000
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -62,6 +60,9 @@ class CodeCueServer(LanguageServer):
         self.settings = Settings().merged(self.cli_settings)
         self.scheduler = Scheduler()
         self.typethrough = TypeThroughCache()
+        self.next_lines: dict[str, str] = {}  # uri -> the document after its suggestion and Enter (inline.py)
+        self.background_tasks: set = set()  # the next-line writers in flight (held so they are not collected)
+        self.next_line_writer = None  # (plan, task) of the last next-line writer started (inline.py)
         self.telemetry = Telemetry()
         self.completer = None  # set once the model pair is loaded
         self.load_error: str | None = None
@@ -137,7 +138,11 @@ class CodeCueServer(LanguageServer):
     def close_document(self, uri: str) -> None:
         """Forget a closed document everywhere; the slow parts (engine lock, syntax cache) off the loop."""
         self.scheduler.supersede(uri)
+        self.scheduler.stop_background(uri)
         self.typethrough.forget(uri)
+        self.next_lines.pop(uri, None)
+        if self.next_line_writer is not None and self.next_line_writer[0].uri == uri:
+            self.next_line_writer = None
         self.sync_workspace(uri, closed=True)
         if self.syntax is not None:
             self.prompt_worker.forget(uri)
@@ -198,6 +203,7 @@ def resource_sizes(ls: CodeCueServer, engine) -> dict:
     return {
         "open_documents": len(ls.workspace.text_documents),
         "in_flight": len(ls.scheduler._in_flight),
+        "background": int(ls.scheduler.background is not None),  # the next line being written (inline.py)
         "request_futures": len(ls.protocol._request_futures),
         "typethrough_entries": len(ls.typethrough),
         "syntax_documents": len(ls.syntax._entries) if ls.syntax is not None else 0,
@@ -207,97 +213,6 @@ def resource_sizes(ls: CodeCueServer, engine) -> dict:
         "engine_phase": str(getattr(engine, "phase", "idle")),
         "index_documents": len(engine.workspace) if engine is not None else 0,
     }
-
-
-def empty() -> lsp.InlineCompletionList:
-    return lsp.InlineCompletionList(items=[])
-
-
-def completion_list(text: str, cursor, doc_text: str, units) -> lsp.InlineCompletionList:
-    edit = item_edit(text, cursor, doc_text, units)
-    if edit is None:
-        return empty()
-    rng = lsp.Range(start=lsp.Position(line=edit.line, character=edit.start_character),
-                    end=lsp.Position(line=edit.line, character=edit.end_character))
-    return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=edit.insert_text, range=rng)])
-
-
-async def inline_completion(ls: CodeCueServer, params: lsp.InlineCompletionParams) -> lsp.InlineCompletionList:
-    started = time.perf_counter()
-    tel = ls.telemetry
-    tel.count("requests")
-    snap = ls.snapshot(params.text_document.uri)
-    if snap is None:
-        logger.info("inlineCompletion for a document that is not open: %s", params.text_document.uri)
-        tel.count("empty")
-        return empty()
-    if not ls.settings.language_enabled(snap.language_id) or len(snap.text) > MAX_DOCUMENT_CHARS:
-        tel.count("empty")
-        return empty()
-    units = ls.position_units()
-    cursor = cursor_at(snap.text, params.position.line, params.position.character, units)
-    if cursor is None:
-        logger.info("position %s is outside %s", params.position, snap.uri)
-        tel.count("empty")
-        return empty()
-    prefix, line_suffix = cursor.prefix(snap.text), cursor.line_suffix(snap.text)
-
-    ticket, older = ls.scheduler.begin(snap.uri, snap.version)
-    if older is not None:
-        tel.count("superseded")
-    try:
-        if (rest := ls.typethrough.lookup(snap.uri, prefix, line_suffix)) is not None:
-            tel.count("typethrough_hits")
-            ls.typethrough.remember(snap.uri, prefix, line_suffix, rest)  # typing on continues from here
-            tel.latency(time.perf_counter() - started)
-            return completion_list(rest, cursor, snap.text, units)
-        if not ls.ready:
-            tel.count("not_ready")
-            return empty()
-        if not await debounce(ticket, ls.settings.debounce_ms / 1000.0):
-            return empty()
-        from .prompt import OpenDocument
-
-        doc = OpenDocument(uri=snap.uri, language_id=snap.language_id, text=snap.text)
-        character_utf16 = count_units(cursor.line_prefix(snap.text), utf16_units)
-        prepared = await ls.prepare_prompt(ticket, doc, cursor.line, character_utf16)
-        # An edit, a newer request or a cancel that arrived while the prompt was built wins.
-        if prepared is None or not ticket.live or ls.current_version(snap.uri) != snap.version:
-            tel.count("stale")
-            return empty()
-        future = ls.completer.submit(prepared, ticket.token)
-        _record_engine_totals(future, tel)
-        result = await await_engine(future, ticket.token)
-        if not ticket.live or ls.current_version(snap.uri) != snap.version:
-            tel.count("stale")
-            return empty()
-        text = ls.completer.finish(prepared, result)
-        ls.typethrough.remember(snap.uri, prefix, line_suffix, text)
-        tel.count("completed")
-        tel.latency(time.perf_counter() - started)
-        return completion_list(text, cursor, snap.text, units)
-    except asyncio.CancelledError:
-        tel.count("cancelled")
-        raise
-    except Exception:
-        tel.count("errors")
-        logger.exception("inlineCompletion failed for %s", snap.uri)
-        raise
-    finally:
-        ls.scheduler.finish(ticket)
-
-
-def _record_engine_totals(future, tel: Telemetry) -> None:
-    """Count every engine result, also of requests whose handler was cancelled before the engine stopped."""
-    loop = asyncio.get_running_loop()
-
-    def done(f) -> None:
-        if not f.cancelled() and f.exception() is None:
-            try:
-                loop.call_soon_threadsafe(tel.engine.add, f.result())
-            except RuntimeError:  # the loop has closed: the server is exiting
-                pass
-    future.add_done_callback(done)
 
 
 def make_server(cli_settings: dict | None = None) -> CodeCueServer:
@@ -337,7 +252,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def on_inline_completion(ls: CodeCueServer, params: lsp.InlineCompletionParams):
-        return await inline_completion(ls, params)
+        return await inline.inline_completion(ls, params)
 
     @server.feature("codecue/didShowCompletion")
     def on_shown(ls: CodeCueServer, params) -> None:

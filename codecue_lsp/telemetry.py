@@ -12,7 +12,9 @@ logger = logging.getLogger(__name__)
 LATENCY_WINDOW = 2000  # latency percentiles cover the last this many requests (a soak sees it fill, then stay)
 
 COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
-            "shown", "accepted", "rejected", "errors")
+            "shown", "accepted", "rejected", "errors",
+            # the line after a taken suggestion, written in the background (inline.py): started, written, answered
+            "next_line_started", "next_line_ready", "next_line_hits")
 
 
 @dataclass

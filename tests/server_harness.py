@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -85,6 +86,24 @@ class InProcessClient:
     async def stats(self) -> dict:
         response = await self.call("workspace/executeCommand", {"command": "codecue.stats", "arguments": []})
         return response["result"]
+
+
+@contextlib.asynccontextmanager
+async def tiny_in_process_server(settings: dict):
+    """An initialized in-process server with a completer on the tiny engine (no model loading); shut down after."""
+    from codecue_lsp.completer import Completer
+    from codecue_lsp.server import make_server
+    from engine_helpers import tiny_engine
+
+    server = make_server(settings)
+    client = InProcessClient(server)
+    await client.initialize()
+    server.completer = Completer(tiny_engine("none"), syntax=server.syntax)
+    try:
+        yield client
+    finally:
+        if not server.protocol._shutdown:
+            await client.call("shutdown", None)
 
 
 class Gate:

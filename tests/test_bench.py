@@ -165,3 +165,28 @@ def test_without_a_draft_model_the_draft_modes_are_left_out_or_refused(capsys):
     url = "http://127.0.0.1:1"
     assert pick_modes(SimpleNamespace(modes=None, no_llama_cpp=False, llama_server=url), pair)[-1] == "llama_cpp"
     assert "llama_cpp" not in pick_modes(SimpleNamespace(modes=None, no_llama_cpp=True, llama_server=url), pair)
+
+
+def test_prompt_bench_line_n_split_starts_the_middle_lines_above_the_hole():
+    from types import SimpleNamespace
+
+    from codecue_bench.prompt_bench import built_for, holes, parse_split
+    from codecue_lsp.prompt import OpenDocument, PromptBudget
+    from engine.models import FimTemplate
+
+    fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
+    engine = SimpleNamespace(fim=fim, count_tokens=lambda text: len(text) // 3 + 1)
+    name, text, line, character, _ = holes(3, "typed")[2]
+    doc = OpenDocument("file:///bench/hole.py", "python", text)
+    rows = text.split("\n")
+    one, three = (built_for(split, doc, line, character, engine, PromptBudget()) for split in ("line", "line:3"))
+    assert one.middle == rows[line][:character]
+    assert three.middle == "\n".join(rows[line - 2:line + 1])[:len(three.middle)] and three.middle.endswith(one.middle)
+    assert three.middle.count("\n") == 2
+    # The same text, the middle marker only moved: the prompt before it ends two lines earlier.
+    assert three.display.replace(fim.middle, "") != one.display.replace(fim.middle, "")
+    assert three.prefix == one.prefix and three.suffix == one.suffix
+    assert parse_split("line:8") == ("line", 8) and parse_split("cursor") == ("cursor", 1)
+    for bad in ("line:0", "cursor:2", "word", "line:x"):
+        with pytest.raises(ValueError, match="--middle-from"):
+            parse_split(bad)

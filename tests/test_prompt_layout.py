@@ -1,5 +1,7 @@
 """A prompt keeps the last one's prefix start and context while the user types in one place (prompt/layout.py):
 the KV cache reuses a prompt only up to its first changed token, and those come first."""
+from dataclasses import replace
+
 import pytest
 
 from codecue_lsp.prompt import Layouts, OpenDocument, PromptBudget, build_prompt
@@ -10,6 +12,11 @@ from engine.models import FimTemplate
 FIM = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
 URI = "file:///w/pkg/main.py"
 OTHER = "file:///w/pkg/util.py"
+
+
+def same_layout(a, b):
+    """The same choice of prefix start and context (where the middle started may differ: layout.middle_start)."""
+    return replace(a, middle=None) == replace(b, middle=None)
 
 
 def count(text):
@@ -106,7 +113,7 @@ def test_layout_is_kept_while_it_holds(edit, kept):
     assert ("main.py", "def helper_22(value, scale=22): ...") in first.context_items
     new_text, new_offset, other = _edit(text, offset, edit)
     again = build(new_text, new_offset, previous=first.layout, other=other)
-    assert (again.layout is first.layout) == kept
+    assert same_layout(again.layout, first.layout) == kept
     if kept:
         assert again.context_items == first.context_items and again.prefix_start == first.prefix_start
         before_middle = first.display.split("<|fim_suffix|>")[0]
@@ -119,14 +126,14 @@ def test_a_layout_belongs_to_its_document():
     other_uri = OpenDocument("file:///w/pkg/copy.py", "python", text)
     again = build_prompt(other_uri, text.count("\n", 0, offset), 4, FIM, count, budget=BUDGET,
                          middle_from="line", previous=first.layout)
-    assert again.layout is not first.layout
+    assert not same_layout(again.layout, first.layout)
 
 
 def test_a_prefix_that_outgrows_the_budget_gets_a_fresh_layout():
     text, offset, first = first_prompt()
     typed = "".join(f"step_{i} = compute({i})\n    " for i in range(40))
     again = build(text[:offset] + typed + text[offset:], offset + len(typed), previous=first.layout)
-    assert again.layout is not first.layout and again.prefix_start > first.prefix_start
+    assert not same_layout(again.layout, first.layout) and again.prefix_start > first.prefix_start
     assert sum(again.sections.values()) <= BUDGET.total
 
 
@@ -183,8 +190,9 @@ def test_completers_keep_each_documents_layout_between_keystrokes():
             first = prepare(URI, "")
             elsewhere = prepare("file:///w/pkg/copy.py", "")
             again = prepare(URI, '"""Sum')
-            assert again.layout is first.layout and elsewhere.layout is not first.layout, completer
-            assert prepare(URI, '"""Sums').layout is first.layout
+            assert same_layout(again.layout, first.layout), completer
+            assert not same_layout(elsewhere.layout, first.layout), completer
+            assert same_layout(prepare(URI, '"""Sums').layout, first.layout)
     finally:
         engine.close()
 
@@ -196,3 +204,77 @@ def test_layouts_remember_the_most_recently_completed_documents():
         made[uri] = build_prompt(OpenDocument(uri, "python", "x = 1\n"), 1, 0, FIM, count).layout
         layouts.remember(made[uri])
     assert [layouts.get(uri) is made[uri] for uri in "abcd"] == [True, False, True, True]
+
+
+BODY = "def current(value):\n    total = gcd(helper_3(value), 2)\n"
+
+
+def _built_steps(steps, middle_lines):
+    """Each step is the function being typed, with the cursor marker; each prompt gets the last one's layout."""
+    layouts, built = Layouts(), []
+    for step in steps:
+        text, line, character = split_cursor(module(middle=step))
+        built.append(build_prompt(OpenDocument(URI, "python", text), line, character, FIM, count,
+                                  other_docs=[OpenDocument(OTHER, "python", UTIL)], budget=BUDGET,
+                                  middle_from="line", previous=layouts.get(URI), middle_lines=middle_lines))
+        layouts.remember(built[-1].layout)
+    return built
+
+
+ENTER = [BODY + "    total += 1█\n", BODY + "    total += 1\n    █\n", BODY + "    total += 1\n    y█\n"]
+
+
+@pytest.mark.parametrize("case, middle_lines, steps, middle", [
+    ("typing on the cursor's line", 8, [BODY + "    █\n", BODY + "    total█\n"], "    total"),
+    ("Enter keeps where the middle starts", 8, ENTER, "    total += 1\n    y"),
+    ("one line allowed: Enter starts it on the new line", 1, ENTER, "    y"),
+    ("more lines than allowed: it starts again on the cursor's line", 2,
+     [BODY + "    a = 1█\n", BODY + "    a = 1\n    b = 2█\n", BODY + "    a = 1\n    b = 2\n    c█\n"], "    c"),
+    ("an edit above it: it starts on the cursor's line", 8,
+     [BODY + "    a = 1█\n", BODY.replace("), 2)", "), 3)") + "    a = 1\n    █\n"], ""),
+    ("the suffix changed: it starts on the cursor's line", 8,
+     [BODY + "    a = 1█\n    return a\n", BODY + "    a = 1\n    █\n    return total\n"], ""),
+    ("the cursor moved above it", 8, [BODY + "    a = 1\n    b = 2█\n", BODY + "    a = 1█\n    b = 2\n"],
+     "    a = 1"),
+])
+def test_where_the_middle_starts(case, middle_lines, steps, middle):
+    built = _built_steps(steps, middle_lines)
+    assert all(same_layout(b.layout, built[0].layout) for b in built), case  # the rule under test is the middle's
+    assert built[-1].middle == middle, case
+    assert built[-1].display.endswith("<|fim_middle|>" + middle), case
+
+
+def _before_middle(built):
+    return built.pieces[:built.pieces.index(("special", FIM.middle)) + 1]
+
+
+def test_enter_leaves_the_prompt_before_the_middle_as_it_was():
+    """What the KV cache reuses: after Enter (and typing on the new line) everything up to the middle marker is the
+    same prompt; with the middle held to the cursor's line, the line typed before Enter moves in front of the suffix."""
+    kept = _built_steps(ENTER, middle_lines=8)
+    assert _before_middle(kept[1]) == _before_middle(kept[2]) == _before_middle(kept[0])
+    one_line = _built_steps(ENTER, middle_lines=1)
+    assert _before_middle(one_line[1]) != _before_middle(one_line[0])
+    assert "    total += 1\n" in one_line[2].pieces[_before_middle(one_line[2]).index(("special", FIM.suffix)) - 1][1]
+
+
+def test_after_enter_the_engine_prefills_only_the_new_line():
+    from codecue_lsp.completer import Completer
+    from codecue_lsp.config import Settings
+    from engine_helpers import tiny_engine
+
+    engine = tiny_engine("none")
+    try:
+        computed = {}
+        for middle_lines in (8, 1):
+            completer, settings = Completer(engine), Settings(max_tokens=2, middle_lines=middle_lines)
+            for n, step in enumerate(ENTER):
+                text, line, character = split_cursor(module(middle=step))
+                doc = OpenDocument(f"file:///w/enter_{middle_lines}.py", "python", text)
+                _, result = completer.complete(completer.prepare(doc, line, character, settings))
+                computed[middle_lines, n] = result.stats.new_prompt_tokens
+        suffix_tokens = len(engine.encode_prompt([("text", "\n" + module(middle=BODY).split(BODY)[1][:120])]))
+        assert computed[8, 1] < 4 and computed[8, 2] < 4, computed  # Enter, then a letter on the new line
+        assert computed[1, 1] > suffix_tokens // 2, computed      # Enter re-ran the suffix
+    finally:
+        engine.close()

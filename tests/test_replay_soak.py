@@ -199,5 +199,6 @@ def test_soak_on_the_tiny_pair(tiny_pair_env, tmp_path, monkeypatch):
     # the open files plus at most one history document per live session
     assert resources["index_documents"]["max_after_warmup"] <= 8 + 4
     assert resources["in_flight"]["max_after_warmup"] == 0
+    assert resources["background"]["max_after_warmup"] <= 1  # the next line, written between requests
     html = page.read_text()
     assert "<svg" in html and "Soak: server" in html and "soak PASSED" in html

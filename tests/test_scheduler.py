@@ -98,3 +98,28 @@ async def test_await_engine_returns_result():
     future.set_result(42)
     assert await await_engine(future, ticket.token) == 42
     assert not ticket.token.is_set()
+
+
+
+def test_background_work_yields_to_requests_not_to_edits():
+    s = Scheduler()
+    work = s.begin_background("file:///a.py", 1, "plan 1")
+    assert work.live and s.background is work and s.in_flight("file:///a.py") is None
+    assert s.begin_background("file:///a.py", 1, "plan 1") is None and work.live  # already being written
+    assert s.supersede("file:///a.py") is None and work.live  # an edit: it goes on (its result is keyed by text)
+    request, older = s.begin("file:///b.py", 1)
+    assert older is None and work.live  # a type-through answer would not need the engine: only its caller stops it
+    s.stop_background()
+    assert not work.live and s.background is None and request.live
+    assert s.begin_background("file:///c.py", 1, "plan 2") is None  # a request is in flight: it goes first
+    s.finish(request)
+    other = s.begin_background("file:///c.py", 1, "plan 2")
+    newer = s.begin_background("file:///d.py", 1, "plan 3")
+    assert not other.live and newer.live and s.background is newer  # one piece of background work at a time
+    s.stop_background("file:///c.py")
+    assert newer.live  # another document's close does not stop it
+    s.finish(newer)
+    assert s.background is None
+    last = s.begin_background("file:///d.py", 1, "plan 3")
+    s.cancel_all()
+    assert not last.live

@@ -51,8 +51,10 @@ BLOCK_DOC = "def compute(values):\n    "  # a block to fill: long random output 
 async def client(tiny_pair_env):
     # One torch thread: the tiny model's steps are ~10x faster than with threads fighting over 2 busy cores.
     env = dict(tiny_pair_env, CODECUE_TEST_STEP_DELAY_MS=str(STEP_DELAY_MS), OMP_NUM_THREADS="1")
+    # The next line written in the background (on by default) would add engine results to the counters the tests
+    # compare; the one test of it turns it on.
     async with running_server(env, "--pair", "tiny", "--max-tokens", "24", "--debounce-ms", "0",
-                              "--drafter", "hybrid") as c:
+                              "--drafter", "hybrid", init_options={"nextLine": False}) as c:
         loaded = await wait_until_loaded(c)
         assert loaded["ready"], loaded
         yield c
@@ -320,3 +322,48 @@ async def test_a_keystroke_re_runs_only_the_cursor_line_not_the_suffix(client, m
         assert new_tokens <= 8, new_tokens  # the line's last token or two (a merge may re-split them)
     else:
         assert new_tokens >= 64, new_tokens  # the suffix (budget 128 tokens) after the changed prefix
+
+
+NEXT_LINE_DOCS = ["def add(a, b):\n    total = a", "x = 1\ny = ", "import os\npath = os.path", "values = [1, 2",
+                  "def main():\n    name = ", "count = 0\nfor i in range(", "class A:\n    size = ", "z = f("]
+
+
+async def _a_suggestion_with_its_next_line(client):
+    """(uri, document, line, character, suggestion) of the first document where the tiny model's answer at the end
+    is one line and the line after it, written in the background, is not empty."""
+    for n, doc in enumerate(NEXT_LINE_DOCS):
+        uri = f"file:///work/e2e/next_line_{n}.py"
+        open_doc(client, uri, doc)
+        line, character = doc.count("\n"), utf16_len(doc.split("\n")[-1])
+        before = await stats(client)
+        suggestion = texts(await complete(client, uri, line, character))
+        after = await wait_for_stats(client, lambda now: now["resources"]["background"] == 0, "the writer's end")
+        # pygls splits lines as str.splitlines does (form feeds too): the test's edits after such random bytes
+        # would land elsewhere than the LSP positions say.
+        if after["next_line_ready"] > before["next_line_ready"] and len(suggestion[0].splitlines()) == 1:
+            assert after["next_line_started"] - before["next_line_started"] == 1
+            return uri, doc, line, character, suggestion[0]
+    pytest.fail("no document gave a one-line suggestion with a next line")  # the tiny pair is seeded: a fixed fact
+
+
+async def test_the_next_line_is_ready_when_the_suggestion_is_taken_and_enter_pressed(client):
+    await configure(client, {"nextLine": True, "middleFrom": "cursor"})
+    try:
+        uri, doc, line, character, suggestion = await _a_suggestion_with_its_next_line(client)
+        before = await stats(client)
+        change_doc(client, uri, 2, suggestion, start=(line, character))  # Tab: the suggestion is taken
+        end = character + utf16_len(suggestion)
+        taken = texts(await complete(client, uri, line, end))
+        assert len(taken) == 1 and taken[0].startswith("\n"), taken  # the next line, shown after this one
+        change_doc(client, uri, 3, "\n", start=(line, end))  # Enter
+        entered = texts(await complete(client, uri, line + 1, 0))
+        after = await stats(client)
+        assert entered == [taken[0][1:]], {k: (before[k], after[k]) for k in before if isinstance(before[k], int)}
+        assert after["next_line_hits"] - before["next_line_hits"] == 1
+        assert after["typethrough_hits"] - before["typethrough_hits"] == 2 and after["completed"] == before["completed"]
+        # What the model writes at that line when asked there: the same text.
+        direct = await reopened_completion(client, uri, doc + suggestion + "\n", line + 1, 0)
+        assert texts(direct) == entered
+    finally:
+        await configure(client, {"middleFrom": "cursor"})
+

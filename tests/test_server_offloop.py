@@ -13,10 +13,7 @@ import asyncio
 import pytest
 import pytest_asyncio
 
-from codecue_lsp.completer import Completer
-from codecue_lsp.server import make_server
-from engine_helpers import tiny_engine
-from server_harness import Gate, InProcessClient
+from server_harness import Gate, tiny_in_process_server
 
 pytestmark = pytest.mark.asyncio
 
@@ -28,13 +25,8 @@ CURSOR = (BIG_DOC.count("\n"), len("    return "))
 
 @pytest_asyncio.fixture
 async def offloop():
-    server = make_server({"debounce_ms": 0, "max_tokens": 8, "drafter": "none"})
-    client = InProcessClient(server)
-    await client.initialize()
-    server.completer = Completer(tiny_engine("none"), syntax=server.syntax)
-    yield client
-    if not server.protocol._shutdown:
-        await client.call("shutdown", None)
+    async with tiny_in_process_server({"debounce_ms": 0, "max_tokens": 8, "drafter": "none"}) as client:
+        yield client
 
 
 def gate_prepare(server, log: list | None = None) -> Gate:

@@ -92,7 +92,17 @@ def test_settings_merge_camel_and_snake_case_and_ignore_bad_values():
     assert Settings().middle_from == "line"
     assert Settings().merged({"middleFrom": "cursor"}).middle_from == "cursor"
     assert Settings().merged({"middleFrom": "word"}).middle_from == "line"
+    assert (Settings().middle_lines, Settings().merged({"middleLines": 1}).middle_lines) == (8, 1)
+    assert Settings().merged({"middleLines": 0}).middle_lines == 8  # at least the cursor's line
 
+
+
+def test_command_line_flags_become_settings_only_when_given():
+    from codecue_lsp.__main__ import cli_settings, parse_args
+
+    given = cli_settings(parse_args(["--stdio", "--middle-lines", "3", "--drafter", "none"]))
+    assert given == {"middle_lines": 3, "drafter": "none"}
+    assert Settings().merged(given).middle_lines == 3
 
 def test_language_filter_and_restart_needed():
     s = Settings().merged({"enabledLanguages": "python, rust"})

@@ -70,3 +70,35 @@ def test_exact_hit_in_another_document_misses():
     c = TypeThroughCache()
     c.remember(U, "abc", "", "def")
     assert c.lookup("file:///b.py", "abc", "") is None
+
+
+LINE_END = "def f(a):\n    x = a + 1"  # the suggestion "+ 1" taken: the cursor's line ends here
+
+
+@pytest.mark.parametrize("case, prefix, line_suffix, rest", [
+    ("right after the taken suggestion: the next line, line break first", LINE_END, "", "\n    return x"),
+    ("after Enter", LINE_END + "\n", "", "    return x"),
+    ("after Enter and the editor's indentation", LINE_END + "\n    ", "", "return x"),
+    ("typing the next line on", LINE_END + "\n    ret", "", "urn x"),
+    ("an indentation other than the model's", LINE_END + "\n        ", "", None),
+    ("another line typed", LINE_END + "\n    y", "", None),
+    ("the suggestion not taken", LINE_END[:-1], "", None),
+    ("an edit above", "def g(a):\n    x = a + 1\n", "", None),
+    ("text after the cursor", LINE_END + "\n", ")", None),
+    ("all of it typed", LINE_END + "\n    return x", "", None),
+])
+def test_the_next_line_follows_the_taken_suggestion(case, prefix, line_suffix, rest):
+    c = TypeThroughCache()
+    c.remember_next(U, LINE_END, "\n    return x")
+    assert c.lookup_next(U, prefix, line_suffix) == rest, case
+    assert c.lookup(U, prefix, line_suffix) is None, case  # kept apart: the server counts these hits
+    assert c.lookup_next("file:///other.py", prefix, line_suffix) is None, case
+
+
+def test_the_next_line_is_forgotten_with_its_document():
+    c = TypeThroughCache()
+    c.remember_next(U, LINE_END, "\n    return x")
+    c.remember(U, LINE_END, "", "\n    return x + 0")  # a suggestion shown later does not replace it
+    assert c.lookup_next(U, LINE_END + "\n", "") == "    return x"
+    c.forget(U)
+    assert c.lookup_next(U, LINE_END + "\n", "") is None

@@ -9,7 +9,8 @@ start of the middle. Typing on a line then changes only the prompt's last tokens
 on 2 cores). Unhealed, the model continues a forced middle badly (a trailing space, an open bracket: line exact match
 0.15 vs 0.75 on typed holes), so whoever uses it must heal the last typed token (engine/healing.py, as
 completer.encode_built does): healed, 0.80 vs 0.70 for the cursor split (docs/benchmarks.md). build_prompt's own
-default stays "cursor", the split that needs no healing (remote engines).
+default stays "cursor", the split that needs no healing (remote engines). After Enter the middle keeps starting at
+the line where it started, for up to `middle_lines` lines (layout.middle_start), so the suffix is not re-run either.
 
 It is built as pieces (user text vs template marker, see fim.py) for Engine.encode_prompt, never as one string to
 tokenize: the user's text may contain the markers' strings.
@@ -23,7 +24,7 @@ from . import budget as budgeting
 from .context import rank_items, select_items
 from .fim import assemble, count_pieces, display_path, file_block, file_header
 from .fim import display as display_pieces
-from .layout import Layout, Layouts, still_holds
+from .layout import Layout, Layouts, middle_start, still_holds, with_middle
 from .languages import comment_prefix, spec_for, uses_braces
 from .mode import decide_mode, indented_empty_line_mode
 from .syntax import SyntaxCache, SyntaxView, parse_document
@@ -33,6 +34,9 @@ from .window import FRESH_PARSE_CHARS, Window, syntax_view
 __all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "Layouts", "build_prompt"]
 
 NEAR_ROWS_BEFORE, NEAR_ROWS_AFTER = 15, 3
+# How many lines the FIM middle may span in the line split before it starts again at the cursor's line
+# (layout.middle_start): lines typed since then stay after the marker, so Enter does not re-run the suffix.
+MIDDLE_LINES = 8
 BRACKET_LOOKBACK_ROWS = 20
 
 
@@ -61,7 +65,8 @@ class BuiltPrompt:
     sections: dict         # tokens per section: {"context": n, "prefix": n, "suffix": n}
     line_prefix: str = ""  # text before the cursor on the cursor's line
     withheld: str = ""     # whitespace before the cursor left out of the prompt; the model writes the indent
-    middle: str = ""       # prefix text placed after the middle marker (the cursor line's typed part): the end
+    middle: str = ""       # prefix text after the middle marker (the cursor line's typed part, and lines above
+                           # it typed since the middle started there): the prompt's end
     header_indent: str = ""  # block mode: a generated line indented no deeper than this has left the block
     open_brackets: int = 0   # brackets open at the cursor in its statement (line mode may close these)
     braces: bool = True      # blocks end with } (else by indentation)
@@ -80,10 +85,11 @@ class BuiltPrompt:
 def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens: Callable[[str], int],
                  other_docs: Sequence[OpenDocument] = (), budget: PromptBudget = PromptBudget(),
                  syntax: SyntaxCache | None = None, middle_from: str = "cursor",
-                 previous: Layout | None = None) -> BuiltPrompt:
+                 previous: Layout | None = None, middle_lines: int = MIDDLE_LINES) -> BuiltPrompt:
     """Build the prompt for the cursor at LSP (line, UTF-16 character); never raises on odd text or positions.
     middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; heal it).
-    previous: the last prompt's layout for this document (BuiltPrompt.layout), kept while it holds (layout.py)."""
+    previous: the last prompt's layout for this document (BuiltPrompt.layout), kept while it holds (layout.py).
+    middle_lines: in the line split, the most lines the middle may keep spanning (1: only the cursor's line)."""
     if middle_from not in ("line", "cursor"):
         raise ValueError(f"middle_from must be 'line' or 'cursor', not {middle_from!r}")
     text = sanitize(doc.text or "")
@@ -146,6 +152,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
     layout = previous if still_holds(previous, doc.uri, text, line_start, other_outlines) else None
     if layout is not None and count_tokens(text[layout.prefix_start:prefix_end]) + layout.context_tokens > base_budget:
         layout = None  # the prefix outgrew it: choose afresh
+    last_middle = layout.middle if layout is not None else None
     if layout is None:
         # Context: imports and signatures not already visible, ranked by relevance, in a stable layout.
         prefix_start = choose_prefix(base_budget - budget.context)
@@ -177,7 +184,11 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
     context_items = [(display_path(uri, doc.uri), item.text) for uri, items in layout.items for item in items]
     prefix_start = layout.prefix_start
     prefix = text[prefix_start:prefix_end]
-    split = min(max(line_start, prefix_start), prefix_end) if middle_from == "line" else prefix_end
+    split = prefix_end
+    if middle_from == "line":
+        split = min(max(line_start, prefix_start), prefix_end)
+        split = middle_start(last_middle, text, prefix_start, split, suffix, middle_lines)
+        layout = with_middle(layout, text, split, suffix)
     pieces = assemble(fim, context, text[prefix_start:split], suffix, middle=text[split:prefix_end])
     return BuiltPrompt(
         pieces=pieces, prefix=prefix, suffix=suffix, mode=mode, middle=text[split:prefix_end],

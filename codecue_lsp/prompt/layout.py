@@ -6,11 +6,16 @@ of the file from the parser while it is typed, the prefix boundaries and the ran
 costs a whole prefill (about 1,300 tokens: ~27 s on 2 Zen 3 cores, docs/benchmarks.md). So a prompt keeps the last
 layout of its document while it still holds: the text before the prefix start is unchanged, no edit since touched a
 context item of this file, the other files' items are still in their outlines, and it still fits the budget.
+
+The same holds inside the prompt's end. With the typed line after the FIM middle marker (middle_from "line"), a
+newline moved that line in front of the marker, and the suffix after it ran again: ~100 tokens, 2 s on that CPU, at
+the pause after Enter where a suggestion for the next line is most wanted. So the middle keeps starting where the
+last prompt's did while nothing before the marker changed, for up to `middle_lines` lines (middle_start).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from .context import OutlineItem
@@ -29,6 +34,34 @@ class Layout:
     items: tuple              # (document uri, (OutlineItem, ...)) in prompt order; this document last
     spans: tuple              # (start, end) offsets in `text` of this document's items
     context_tokens: int       # what the prefix was chosen to leave for the items and the other files' headers
+    middle: "MiddleStart | None" = None  # where the last prompt's FIM middle started (line split only)
+
+
+@dataclass(frozen=True)
+class MiddleStart:
+    offset: int    # document offset where the last prompt's FIM middle started
+    before: str    # that prompt's current-file text from the prefix start to there
+    suffix: str    # that prompt's suffix
+
+
+def middle_start(last: MiddleStart | None, text: str, prefix_start: int, line_start: int, suffix: str,
+                 middle_lines: int) -> int:
+    """Where the FIM middle starts for a cursor on the line starting at `line_start`: where the last prompt's
+    started, while the prompt before the middle marker would be the same (prefix text and suffix unchanged) and
+    the middle spans at most `middle_lines` lines; else at the cursor line's start. `last` must come from a kept
+    layout (same prefix start and context)."""
+    if last is None or not prefix_start <= last.offset <= line_start or last.suffix != suffix:
+        return line_start
+    if text.count("\n", last.offset, line_start) >= middle_lines:
+        return line_start
+    if last.offset - prefix_start != len(last.before) or not text.startswith(last.before, prefix_start):
+        return line_start
+    return last.offset
+
+
+def with_middle(layout: Layout, text: str, split: int, suffix: str) -> Layout:
+    """The layout to remember after a prompt whose middle started at `split`."""
+    return replace(layout, middle=MiddleStart(split, text[layout.prefix_start:split], suffix))
 
 
 def unchanged_ends(old: str, new: str) -> tuple[int, int]:

@@ -11,6 +11,7 @@ export interface Settings {
   maxTokens: number;
   drafter: string;
   middleFrom: string;
+  nextLine: boolean;
   engine: string;
   remoteModel: string;
 }
@@ -36,6 +37,7 @@ export function readSettings(config: ConfigReader): Settings {
     maxTokens: config.get('maxTokens', 64),
     drafter: config.get('drafter', 'auto'),
     middleFrom: config.get('middleFrom', 'line'),
+    nextLine: config.get('nextLine', true),
     engine: config.get('engine', 'local').trim() || 'local',
     remoteModel: config.get('remoteModel', '').trim(),
   };
@@ -47,7 +49,7 @@ export function readSettings(config: ConfigReader): Settings {
 export function serverSettings(s: Settings): Record<string, unknown> {
   const sent: Record<string, unknown> = {
     pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens,
-    drafter: s.drafter, middleFrom: s.middleFrom, engine: s.engine,
+    drafter: s.drafter, middleFrom: s.middleFrom, nextLine: s.nextLine, engine: s.engine,
   };
   if (s.remoteModel) sent.remoteModel = s.remoteModel; // empty: the server asks the engine's /v1/models
   return sent;

@@ -55,10 +55,12 @@ test('every setting in package.json has the default readSettings falls back to',
   }
 });
 
-test('drafter, middleFrom and engine reach the server; remoteModel only when set', () => {
+test('drafter, middleFrom, nextLine and engine reach the server; remoteModel only when set', () => {
   const base = serverSettings(readSettings(reader({})));
   assert.equal(base.drafter, 'auto');
   assert.equal(base.middleFrom, 'line');
+  assert.equal(base.nextLine, true);
+  assert.equal(serverSettings(readSettings(reader({ nextLine: false }))).nextLine, false);
   assert.equal(base.engine, 'local');
   assert.ok(!('remoteModel' in base));
   const remote = serverSettings(readSettings(reader({
@@ -85,5 +87,5 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({ engine: 'http://127.0.0.1:8080/v1' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ remoteModel: 'other' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ maxTokens: 16, debounceMs: 0, enable: false }))), false);
-  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor' }))), false);
+  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false }))), false);
 });
