@@ -178,7 +178,7 @@ def start_next_line(ls, plan: NextLine) -> None:
     if ls.typethrough.lookup_next(plan.uri, plan.end, "") is not None:
         return  # written already
     if (ticket := ls.scheduler.begin_background(plan.uri, plan.version, plan.text)) is None:
-        return  # a request of the document is in flight, or this line is being written
+        return  # a request is in flight (it goes first), or this line is being written
     ls.telemetry.count("next_line_started")
     task = asyncio.ensure_future(_write_next_line(ls, plan, ticket))
     ls.next_line_writer = (plan, task)
