@@ -21,6 +21,7 @@ from pygls.lsp.server import LanguageServer
 
 from . import inline
 from .config import CONFIG_SECTION, MAX_DOCUMENT_CHARS, Settings, configure_logging, quiet_pygls, restart_needed
+from .documents import use_lsp_lines
 from .loading import load_models
 from .positions import UNIT_COUNTERS, utf16_units
 from .protocol import CodeCueProtocol
@@ -220,6 +221,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature(lsp.INITIALIZE)
     def on_initialize(ls: CodeCueServer, params: lsp.InitializeParams) -> None:
+        use_lsp_lines(ls.workspace)  # pygls' own line split is not LSP's (documents.py)
         ls.initialization_options = params.initialization_options
         ls.apply_settings(params.initialization_options)
 
