@@ -125,7 +125,7 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
             return empty()
         text = ls.completer.finish(prepared, result)
         ls.typethrough.remember(snap.uri, prefix, line_suffix, text)
-        if prepared.built.mode == "line" and result.finish_reason in ("stop", "eos"):
+        if _ends_its_line(prepared, result):
             plan = next_line(snap, cursor, text)
             if plan is not None:
                 ls.next_lines[snap.uri] = plan.text
@@ -143,6 +143,11 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
         ls.scheduler.finish(ticket)
         if plan is not None:
             start_next_line(ls, plan)
+
+
+def _ends_its_line(prepared, result) -> bool:
+    """A line-mode answer the model ended itself, not one cut at max_tokens: Enter would follow it."""
+    return prepared.built.mode == "line" and result.finish_reason in ("stop", "eos")
 
 
 async def _next_line_for(ls, uri: str, prefix: str, line_suffix: str, ticket) -> str | None:
@@ -204,7 +209,7 @@ async def _write_next_line(ls, plan: NextLine, ticket) -> None:
         if text:
             ls.typethrough.remember_next(plan.uri, plan.end, plan.newline + text)
             ls.telemetry.count("next_line_ready")
-            if prepared.built.mode == "line" and result.finish_reason in ("stop", "eos") and "\n" not in text:
+            if _ends_its_line(prepared, result) and "\n" not in text:
                 ls.next_lines[plan.uri] = plan.taken(text)  # Enter after this line too: the next one follows
     except asyncio.CancelledError:
         ticket.token.set()
