@@ -5,6 +5,7 @@
     codecue-bench passes --pair default          # per-pass costs: target for 1..K+1 tokens, draft, ratio c
     codecue-bench server FILE ...                # LSP keystroke latency, next to llama-server's /infill
     codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
+    codecue-bench layout FILE ...                # how often typing makes the prompt start over, per budget
     codecue-bench gpu --out DIR [--tiny]         # GPU per-pass costs and latency with random weights
 
 llama.cpp is built by scripts/build-llama-cpp.sh into $CODECUE_HOME/llama.cpp/build (never in CI).
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("server", help="LSP latency per keystroke (codecue_bench.server_bench)", add_help=False)
     sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_bench.prompt_bench)",
                    add_help=False)
+    sub.add_parser("layout", help="prompts started over while typing, per budget (codecue_bench.layout_bench)",
+                   add_help=False)
     sub.add_parser("gpu", help="GPU pass costs and latency with random weights (codecue_bench.gpu)", add_help=False)
     args, rest = parser.parse_known_args(argv)
 
@@ -69,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prompt":
             from .prompt_bench import main as prompt_main
             return prompt_main(rest)
+        if args.command == "layout":
+            from .layout_bench import main as layout_main
+            return layout_main(rest)
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.command == "passes":

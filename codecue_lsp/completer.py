@@ -16,7 +16,8 @@ from engine.types import CancelToken, CompletionRequest, CompletionResult
 
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
-from .prompt import Layouts, OpenDocument, SyntaxCache, build_prompt
+from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
+from .prompt.sizing import total_for_prefill_rate
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +59,21 @@ class Completer:
             step_delay_s = float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
         self.step_delay_s = step_delay_s
         self.layouts = Layouts()
+        rate = getattr(engine, "prefill_tokens_per_s", None)
+        self.auto_prompt_tokens = total_for_prefill_rate(rate)
+        logger.info("prompts of at most %d tokens (promptTokens auto: %s)", self.auto_prompt_tokens,
+                    f"this machine prefills {rate:.0f} tok/s" if rate else "prefill rate not measured, the default")
+
+    def prompt_tokens(self, settings: Settings) -> int:
+        return self.auto_prompt_tokens if settings.prompt_tokens == "auto" else int(settings.prompt_tokens)
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> Prepared:
         """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
         cache (scheduler.PromptWorker), never on the event loop."""
         built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
-                             other_docs=other_docs, syntax=self.syntax, middle_from=settings.middle_from,
+                             other_docs=other_docs, budget=budget_for(self.prompt_tokens(settings)),
+                             syntax=self.syntax, middle_from=settings.middle_from,
                              previous=self.layouts.get(doc.uri), middle_lines=settings.middle_lines)
         self.layouts.remember(built.layout)
         ids, heal = encode_built(self.engine, built)

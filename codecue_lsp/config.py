@@ -38,6 +38,9 @@ class Settings:
     # After a suggestion that ends the cursor's line, write the next line in the background (inline.py): it is
     # ready when the suggestion is taken or Enter pressed. Local engine only (a shared server gets no extra load).
     next_line: bool = True
+    # Most tokens in a prompt: "auto" (the local engine: what this machine prefills in ~12 s, measured by the
+    # calibration, 1024..1536; prompt/sizing.py) or a number. A prompt not seen before costs all of them first.
+    prompt_tokens: int | str = "auto"
     # Empty tuple = every language. "*" in the list also means every language.
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"
@@ -75,6 +78,11 @@ class Settings:
             except (TypeError, ValueError) as exc:
                 logger.warning("ignoring setting %s=%r: %s", raw_key, value, exc)
         return dataclasses.replace(self, **changes)
+
+
+def parse_setting(key: str, value: Any) -> Any:
+    """One setting's value as `merged` would take it; raises TypeError/ValueError where it would be ignored."""
+    return _PARSERS[key](value)
 
 
 def snake_case(name: str) -> str:
@@ -135,6 +143,14 @@ def _flag(value: Any) -> bool:
     raise TypeError("expected true/false (or on/off)")
 
 
+def _prompt_tokens(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, str) and not value.strip().isdigit():
+        raise ValueError("expected auto or a number of tokens, 256..32768")
+    return _int_in(256, 32768)(value)
+
+
 def _engine(value: Any) -> str:
     value = _text(value)
     if value != "local" and not value.startswith(("http://", "https://")):
@@ -161,6 +177,7 @@ _PARSERS = {
     "middle_from": _one_of(("line", "cursor")),
     "middle_lines": _int_in(1, 200),
     "next_line": _flag,
+    "prompt_tokens": _prompt_tokens,
     "enabled_languages": _languages,
     "log_level": _log_level,
     "log_file": _text,

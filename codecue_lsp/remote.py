@@ -35,7 +35,8 @@ from engine.types import CancelToken, CompletionResult, CompletionStats
 
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
-from .prompt import Layouts, OpenDocument, SyntaxCache, build_prompt
+from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
+from .prompt.sizing import DEFAULT_TOTAL
 
 logger = logging.getLogger(__name__)
 
@@ -317,11 +318,16 @@ class RemoteCompleter:
         # Always the plain PSM split: a serving engine cannot heal the last token (engine/healing.py), and without
         # healing the line split completes badly (docs/benchmarks.md).
         built = build_prompt(doc, line, character_utf16, self.fim, self.count_tokens, other_docs=other_docs,
-                             syntax=self.syntax, previous=self.layouts.get(doc.uri))
+                             budget=budget_for(self.prompt_tokens(settings)), syntax=self.syntax,
+                             previous=self.layouts.get(doc.uri))
         self.layouts.remember(built.layout)
         prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
         return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
                               stop=make_stop_predicate(built))
+
+    def prompt_tokens(self, settings: Settings) -> int:
+        """"auto" is the default here: a serving engine's prefill rate is not measured (GPUs prefill it in ms)."""
+        return DEFAULT_TOTAL if settings.prompt_tokens == "auto" else int(settings.prompt_tokens)
 
     def submit(self, prepared: RemotePrepared, token: CancelToken) -> Future:
         return self.engine.submit(prepared, token)

@@ -278,6 +278,8 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         workspace = getattr(engine, "workspace", None)
         out["workspace_documents"] = workspace.count("workspace") if workspace is not None else 0
         out["resources"] = resource_sizes(ls, engine)
+        sizing = getattr(ls.completer, "prompt_tokens", None)
+        out["prompt_tokens"] = sizing(ls.settings) if sizing is not None else None  # the budget in use
         info = getattr(engine, "info", None)  # the remote backend reports its endpoint's health
         out["backend"] = info() if callable(info) else {
             "kind": "local" if ls.settings.engine == "local" else "remote",

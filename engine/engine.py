@@ -14,6 +14,7 @@ import torch
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
 from .healing import HealingMasks, back_off, token_bytes
 from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
+from .machine_choice import target_prefill_tok_s
 from .models import LoadedPair
 from .policy import GainPolicy, PassCosts, SharedAcceptance
 from .prompt_ids import encode_pieces
@@ -75,6 +76,11 @@ class Engine:
         for marker in (self.fim.prefix, self.fim.suffix, self.fim.middle, self.fim.file_sep, self.fim.repo_name):
             if marker:
                 self.special_token_id(marker)
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        """This machine's calibrated prefill rate for the target (None: not measured): what a cold prompt costs."""
+        return target_prefill_tok_s(getattr(self.pair, "calibration", None), getattr(self.pair, "choice", None))
 
     # --- text <-> tokens -----------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:

@@ -1,5 +1,6 @@
 """What a load takes from this machine's calibration (engine/calibrate.py): the formats and activation dtypes of both
-models, the pass costs the drafting policy plans with, and the prefill chunk of a llama.cpp model."""
+models, the pass costs the drafting policy plans with, the prefill chunk of a llama.cpp model, and the target's
+prefill rate (which sizes the server's prompts)."""
 from __future__ import annotations
 
 import logging
@@ -83,3 +84,10 @@ def pass_costs_from(cal, choice):
         return None
     return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None,
                      draft_prefill_ms=1000 / draft.prefill_used_tok_s if draft is not None and draft.complete else None)
+
+
+def target_prefill_tok_s(cal, choice) -> float | None:
+    """The chosen target's calibrated prefill rate (tokens/s, through whichever path the calibration chose);
+    None where nothing was measured (formats given by name, a GPU)."""
+    row = cal.get("target", choice.target_weights, choice.target_activations) if cal is not None else None
+    return row.prefill_used_tok_s if row is not None and row.prefill_tok_s > 0 else None

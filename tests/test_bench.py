@@ -126,10 +126,10 @@ def test_prompt_bench_measures_every_suffix_budget_on_the_same_holes(monkeypatch
 
     for key, value in tiny_pair_env.items():
         monkeypatch.setenv(key, value)
-    name, text, line, character, truth = holes(1)[0]
+    name, text, line, character, truth, _ = holes(1)[0]
     assert text.split("\n")[line] == " " * character and truth and truth not in text.split("\n")[line]
     # --cursor typed: the first word is typed too, the rest of the line is the hole.
-    _, typed_text, typed_line, typed_character, same_truth = holes(1, "typed")[0]
+    _, typed_text, typed_line, typed_character, same_truth, _ = holes(1, "typed")[0]
     typed = typed_text.split("\n")[typed_line]
     assert same_truth == truth and typed.strip() and truth.startswith(typed.strip()) and len(typed) == typed_character
     typed_lines, indent_lines = typed_text.split("\n"), text.split("\n")
@@ -176,7 +176,7 @@ def test_prompt_bench_line_n_split_starts_the_middle_lines_above_the_hole():
 
     fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
     engine = SimpleNamespace(fim=fim, count_tokens=lambda text: len(text) // 3 + 1)
-    name, text, line, character, _ = holes(3, "typed")[2]
+    name, text, line, character, _, _ = holes(3, "typed")[2]
     doc = OpenDocument("file:///bench/hole.py", "python", text)
     rows = text.split("\n")
     one, three = (built_for(split, doc, line, character, engine, PromptBudget()) for split in ("line", "line:3"))
@@ -190,3 +190,57 @@ def test_prompt_bench_line_n_split_starts_the_middle_lines_above_the_hole():
     for bad in ("line:0", "cursor:2", "word", "line:x"):
         with pytest.raises(ValueError, match="--middle-from"):
             parse_split(bad)
+
+
+def test_prompt_bench_cuts_holes_from_real_files_with_their_imports_open(tmp_path, monkeypatch, tiny_pair_env):
+    from codecue_bench.prompt_bench import file_holes, run
+
+    def module(name, imports=""):
+        body = "".join(f"def {name}_step_{i}(value):\n    total = value * {i} + {len(name)}\n    return total\n\n\n"
+                       for i in range(40))
+        return imports + body
+
+    paths = [tmp_path / "shapes.py", tmp_path / "areas.py", tmp_path / "notes.py"]
+    paths[0].write_text(module("shapes", "from .areas import areas_step_1\n\n\n"))
+    paths[1].write_text(module("areas", "import os\n\n\n"))
+    paths[2].write_text("# too short to cut\n")
+    names = [str(p) for p in paths]
+    cut = file_holes(names)
+    assert [h.name for h in cut] == names[:2]  # a file with no code line to cut gives no hole
+    assert [[other for other, _ in h.others] for h in cut] == [[names[1]], []]  # what it imports is open beside it
+    for hole in cut:
+        original = open(hole.name).read().split("\n")
+        rows = hole.text.split("\n")
+        assert rows[hole.line] == original[hole.line][:hole.character] and rows[hole.line].strip() == ""
+        assert original[hole.line].strip() == hole.truth and len(hole.truth) >= 12
+        assert rows[:hole.line] + rows[hole.line + 1:] == original[:hole.line] + original[hole.line + 1:]
+        assert len(original) // 5 <= hole.line < len(original) * 4 // 5
+    assert file_holes(names) == cut  # the same seed, the same lines
+    assert {h.line for seed in range(6) for h in file_holes(names[:1], seed=seed)} != {cut[0].line}
+
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    report = run("tiny", [32], count=2, max_new_tokens=4, totals=(256, 1024), files=names)
+    assert report["source"] == "files" and report["holes"] == 2
+    runs = {r["total_budget"]: r for r in report["runs"]}
+    assert runs[256]["mean_prompt_tokens"] <= 256 < runs[1024]["mean_prompt_tokens"] <= 1024
+    # An exact line counts 1 in the similarity too.
+    assert all(r["line_exact_match"] <= r["line_similarity"] <= 1.0 for r in report["runs"])
+
+
+def test_layout_bench_counts_prompts_started_over_while_typing(tmp_path, monkeypatch, tiny_pair_env):
+    from codecue_bench.layout_bench import main, run
+
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    source = tmp_path / "long.py"
+    source.write_text("".join(f"def helper_{i}(value, scale={i}):\n    total = value * scale\n    return total + {i}\n\n"
+                              for i in range(120)))
+    report = run("tiny", [str(source)], totals=(256,), growths=(0.0, 0.5), chars=900, every=15)
+    plain, grown = report["runs"]
+    assert (plain["kept_growth"], grown["kept_growth"]) == (0.0, 0.5) and plain["per_file"][str(source)]["prompts"] == 61
+    # Without growth the prefix outgrows the budget again and again; with it, less often and with longer prompts.
+    assert plain["fresh_layouts"] > grown["fresh_layouts"] and grown["mean_prompt_tokens"] > plain["mean_prompt_tokens"]
+    out = tmp_path / "layout.json"
+    assert main([str(source), "--pair", "tiny", "--total-budgets", "256", "--chars", "90", "--json", str(out)]) == 0
+    assert [r["total_budget"] for r in json.loads(out.read_text())["runs"]] == [256, 256]

@@ -121,6 +121,41 @@ def test_layout_is_kept_while_it_holds(edit, kept):
     assert again.display == build(new_text, new_offset, other=other).display or kept
 
 
+ROWS = "".join(f"row {i}\n" for i in range(10))  # each row 6 characters: row i starts at 6 * i
+
+
+@pytest.mark.parametrize("first, last, bounds", [
+    (3, 4, (18, 30)),    # inside the window: exact
+    (0, 1, (0, 18)),     # above it: from the text's start to the window's start
+    (8, 9, (36, 60)),    # below it: from the window's end to the text's end
+    (1, 8, (0, 60)),     # across it
+])
+def test_window_bounds_never_narrower_than_the_rows(first, last, bounds):
+    from codecue_lsp.prompt.window import Window
+
+    window = Window.around(ROWS, 27, 9, 3)  # rows 3..5
+    assert (window.start, window.end) == (18, 36)
+    assert window.bounds(first, last) == bounds
+    start, end = bounds
+    assert start <= 6 * first and end >= 6 * (last + 1)
+
+
+def test_an_item_far_below_the_cursor_keeps_the_layout_until_it_changes():
+    """Items of this file more than the window below the cursor (32 x the suffix budget) are in the context too;
+    their rows have no offsets in the window, and a span of the whole file made every keystroke choose afresh."""
+    far = module(functions=4, middle="def current(value):\n    total = helper_75(value)\n    █\n")
+    far += "".join(f"def helper_{i}(value, scale={i}):\n    return value * scale + {i}\n\n" for i in range(4, 80))
+    text, line, character = split_cursor(far)
+    offset = sum(len(row) + 1 for row in text.split("\n")[:line]) + character
+    first = build(text, offset, other=None)
+    assert ("main.py", "def helper_75(value, scale=75): ...") in first.context_items
+    assert text.index("def helper_75(") - offset > 32 * 64 + 1000  # well outside the window
+    typed = text[:offset] + "total += 1" + text[offset:]
+    assert same_layout(build(typed, offset + 10, previous=first.layout, other=None).layout, first.layout)
+    renamed = text.replace("def helper_75(", "def helper_seventy_five(")
+    assert not same_layout(build(renamed, offset, previous=first.layout, other=None).layout, first.layout)
+
+
 def test_a_layout_belongs_to_its_document():
     text, offset, first = first_prompt()
     other_uri = OpenDocument("file:///w/pkg/copy.py", "python", text)
@@ -135,6 +170,32 @@ def test_a_prefix_that_outgrows_the_budget_gets_a_fresh_layout():
     again = build(text[:offset] + typed + text[offset:], offset + len(typed), previous=first.layout)
     assert not same_layout(again.layout, first.layout) and again.prefix_start > first.prefix_start
     assert sum(again.sections.values()) <= BUDGET.total
+
+
+def test_a_kept_layout_grows_past_the_budget_by_half_before_it_is_chosen_afresh():
+    """Typed tokens are computed either way; a fresh layout costs a whole prompt. So a kept one may outgrow the
+    budget by KEPT_GROWTH of it, and a fresh one fits the budget again."""
+    from codecue_lsp.prompt.sizing import KEPT_GROWTH
+
+    text, offset, built = first_prompt()
+    assert sum(built.sections.values()) <= BUDGET.total
+    layouts, sizes, fresh_at = Layouts(), [], None
+    layouts.remember(built.layout)
+    typed = ""
+    for i in range(60):
+        typed += f"step_{i} = compute({i})\n    "
+        built = build(text[:offset] + typed + text[offset:], offset + len(typed), previous=layouts.get(URI))
+        kept = same_layout(built.layout, layouts.get(URI))
+        layouts.remember(built.layout)
+        sizes.append(sum(built.sections.values()))
+        if not kept:
+            fresh_at = i
+            break
+    assert fresh_at is not None, sizes
+    over = [size for size in sizes[:-1] if size > BUDGET.total]
+    assert over, sizes  # kept past the budget ...
+    assert max(sizes[:-1]) <= BUDGET.total * (1 + KEPT_GROWTH)  # ... up to the growth allowed
+    assert sizes[-1] <= BUDGET.total  # chosen afresh: within the budget again
 
 
 def _typing_layouts(total, sticky):

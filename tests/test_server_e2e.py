@@ -104,6 +104,33 @@ async def test_initialize_advertises_inline_completion_and_reports_progress(clie
     assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd", kinds
 
 
+async def test_prompt_tokens_bound_what_a_new_prompt_costs(client):
+    """promptTokens: "auto" is the default budget for a pair without a calibration; a number is used as set."""
+    assert (await stats(client))["prompt_tokens"] == 1536
+    body = "".join(f"def step_{i}(value):\n    return value * {i}\n\n\n" for i in range(200))
+    sizes = {}
+    try:
+        for budget in (256, 768):
+            uri = f"file:///work/e2e/long_{budget}.py"
+            long_doc = body + f"def last_{budget}():\n    "
+            open_doc(client, uri, long_doc)
+            await configure(client, {"promptTokens": budget, "maxTokens": 2})
+            assert (await stats(client))["prompt_tokens"] == budget
+            before = await stats(client)
+            await complete(client, uri, long_doc.count("\n"), 4)
+            after = await stats(client)
+            computed = after["engine"]["prompt_tokens_new"] - before["engine"]["prompt_tokens_new"]
+            reused = after["engine"]["prompt_tokens_reused"] - before["engine"]["prompt_tokens_reused"]
+            sizes[budget] = computed + reused
+            assert 0 < sizes[budget] <= budget, (budget, computed, reused)
+        assert sizes[768] > 2 * sizes[256]  # the document is far longer than either: the budget decides
+    finally:
+        await configure(client, {"promptTokens": "auto", "maxTokens": 24})
+        for budget in sizes:
+            client.text_document_did_close(lsp.DidCloseTextDocumentParams(
+                text_document=lsp.TextDocumentIdentifier(uri=f"file:///work/e2e/long_{budget}.py")))
+
+
 async def test_completion_items_have_ranges_on_the_cursor_line(client):
     uri = "file:///work/e2e/ranges.py"
     open_doc(client, uri, DOC)

@@ -27,11 +27,12 @@ from .fim import display as display_pieces
 from .layout import Layout, Layouts, middle_start, still_holds, with_middle
 from .languages import comment_prefix, spec_for, uses_braces
 from .mode import decide_mode, indented_empty_line_mode
+from .sizing import KEPT_GROWTH, PromptBudget, budget_for
 from .syntax import SyntaxCache, SyntaxView, parse_document
 from .text import indentation, line_end_offset, offset_of_position, open_brackets, sanitize
 from .window import FRESH_PARSE_CHARS, Window, syntax_view
 
-__all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "Layouts", "build_prompt"]
+__all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "Layouts", "build_prompt", "budget_for"]
 
 NEAR_ROWS_BEFORE, NEAR_ROWS_AFTER = 15, 3
 # How many lines the FIM middle may span in the line split before it starts again at the cursor's line
@@ -45,13 +46,6 @@ class OpenDocument:
     uri: str
     language_id: str
     text: str
-
-
-@dataclass
-class PromptBudget:
-    total: int = 1536
-    suffix: int = 128
-    context: int = 512
 
 
 @dataclass
@@ -85,11 +79,13 @@ class BuiltPrompt:
 def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens: Callable[[str], int],
                  other_docs: Sequence[OpenDocument] = (), budget: PromptBudget = PromptBudget(),
                  syntax: SyntaxCache | None = None, middle_from: str = "cursor",
-                 previous: Layout | None = None, middle_lines: int = MIDDLE_LINES) -> BuiltPrompt:
+                 previous: Layout | None = None, middle_lines: int = MIDDLE_LINES,
+                 kept_growth: float = KEPT_GROWTH) -> BuiltPrompt:
     """Build the prompt for the cursor at LSP (line, UTF-16 character); never raises on odd text or positions.
     middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; heal it).
     previous: the last prompt's layout for this document (BuiltPrompt.layout), kept while it holds (layout.py).
-    middle_lines: in the line split, the most lines the middle may keep spanning (1: only the cursor's line)."""
+    middle_lines: in the line split, the most lines the middle may keep spanning (1: only the cursor's line).
+    kept_growth: how far past the budget a kept layout may grow, as a share of it (sizing.KEPT_GROWTH)."""
     if middle_from not in ("line", "cursor"):
         raise ValueError(f"middle_from must be 'line' or 'cursor', not {middle_from!r}")
     text = sanitize(doc.text or "")
@@ -150,8 +146,9 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
     headers.update((d.uri, file_header(fim, display_path(d.uri, doc.uri), comment_prefix(d.language_id)))
                    for d in others)
     layout = previous if still_holds(previous, doc.uri, text, line_start, other_outlines) else None
-    if layout is not None and count_tokens(text[layout.prefix_start:prefix_end]) + layout.context_tokens > base_budget:
-        layout = None  # the prefix outgrew it: choose afresh
+    grown = base_budget + int(budget.total * kept_growth)
+    if layout is not None and count_tokens(text[layout.prefix_start:prefix_end]) + layout.context_tokens > grown:
+        layout = None  # the prefix outgrew it: choose afresh, within the budget
     last_middle = layout.middle if layout is not None else None
     if layout is None:
         # Context: imports and signatures not already visible, ranked by relevance, in a stable layout.
@@ -176,8 +173,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                          if item.end_row < prefix_row or item.start_row > suffix_last_row]
         items = tuple((sources[source], tuple(chosen[source])) for source in range(1, len(sources))
                       if chosen.get(source)) + ((doc.uri, tuple(chosen.get(0, []))),)
-        spans = tuple((window.row_start(item.start_row) or 0, window.row_end(item.end_row) or len(text))
-                      for item in chosen.get(0, []))
+        spans = tuple(window.bounds(item.start_row, item.end_row) for item in chosen.get(0, []))
         layout = Layout(doc.uri, text, prefix_start, items, spans, context_tokens)
 
     context = _context_pieces(layout.items, headers)

@@ -5,7 +5,8 @@ prefix start come first. Chosen afresh on every keystroke they flicker: an unclo
 of the file from the parser while it is typed, the prefix boundaries and the ranked items follow, and each flicker
 costs a whole prefill (about 1,300 tokens: ~27 s on 2 Zen 3 cores, docs/benchmarks.md). So a prompt keeps the last
 layout of its document while it still holds: the text before the prefix start is unchanged, no edit since touched a
-context item of this file, the other files' items are still in their outlines, and it still fits the budget.
+context item of this file, the other files' items are still in their outlines, and it has not outgrown the budget
+by more than half of it (sizing.KEPT_GROWTH: a layout chosen afresh fits the budget and costs a whole prompt).
 
 The same holds inside the prompt's end. With the typed line after the FIM middle marker (middle_from "line"), a
 newline moved that line in front of the marker, and the suffix after it ran again: ~100 tokens, 2 s on that CPU, at

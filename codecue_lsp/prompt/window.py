@@ -53,6 +53,16 @@ class Window:
             return following
         return len(self.text) if self.row_start(row) is not None else None
 
+    def bounds(self, first: int, last: int) -> tuple[int, int]:
+        """Offsets that contain rows first..last: exact inside the window; outside it, its edge and the text's start
+        or end (never narrower than the rows: an edit near the cursor must not seem to touch a row far below)."""
+        start, end = self.row_start(first), self.row_end(last)
+        if start is None:
+            start = 0 if first < self.first_row else self.end
+        if end is None:
+            end = self.start if last < self.first_row else len(self.text)
+        return start, end
+
     def line(self, row: int) -> str:
         start, end = self.row_start(row), self.row_end(row)
         return "" if start is None or end is None else self.text[start:end]

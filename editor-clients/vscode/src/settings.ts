@@ -12,6 +12,7 @@ export interface Settings {
   drafter: string;
   middleFrom: string;
   nextLine: boolean;
+  promptTokens: number; // 0: auto (the server sizes prompts by what the machine prefills)
   engine: string;
   remoteModel: string;
 }
@@ -38,6 +39,7 @@ export function readSettings(config: ConfigReader): Settings {
     drafter: config.get('drafter', 'auto'),
     middleFrom: config.get('middleFrom', 'line'),
     nextLine: config.get('nextLine', true),
+    promptTokens: config.get('promptTokens', 0),
     engine: config.get('engine', 'local').trim() || 'local',
     remoteModel: config.get('remoteModel', '').trim(),
   };
@@ -50,6 +52,7 @@ export function serverSettings(s: Settings): Record<string, unknown> {
   const sent: Record<string, unknown> = {
     pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens,
     drafter: s.drafter, middleFrom: s.middleFrom, nextLine: s.nextLine, engine: s.engine,
+    promptTokens: s.promptTokens > 0 ? Math.max(256, Math.round(s.promptTokens)) : 'auto',
   };
   if (s.remoteModel) sent.remoteModel = s.remoteModel; // empty: the server asks the engine's /v1/models
   return sent;

@@ -55,12 +55,16 @@ test('every setting in package.json has the default readSettings falls back to',
   }
 });
 
-test('drafter, middleFrom, nextLine and engine reach the server; remoteModel only when set', () => {
+test('drafter, middleFrom, nextLine, promptTokens and engine reach the server; remoteModel only when set', () => {
   const base = serverSettings(readSettings(reader({})));
   assert.equal(base.drafter, 'auto');
   assert.equal(base.middleFrom, 'line');
   assert.equal(base.nextLine, true);
   assert.equal(serverSettings(readSettings(reader({ nextLine: false }))).nextLine, false);
+  // 0 (the default) asks the server to size prompts itself; a number is sent as is.
+  assert.equal(base.promptTokens, 'auto');
+  assert.equal(serverSettings(readSettings(reader({ promptTokens: 768 }))).promptTokens, 768);
+  assert.equal(serverSettings(readSettings(reader({ promptTokens: 100 }))).promptTokens, 256); // the server's least
   assert.equal(base.engine, 'local');
   assert.ok(!('remoteModel' in base));
   const remote = serverSettings(readSettings(reader({
@@ -87,5 +91,5 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({ engine: 'http://127.0.0.1:8080/v1' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ remoteModel: 'other' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ maxTokens: 16, debounceMs: 0, enable: false }))), false);
-  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false }))), false);
+  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false, promptTokens: 512 }))), false);
 });

@@ -1,0 +1,43 @@
+"""How many tokens a prompt may have: the user's number, or ("auto") what this machine prefills in a few seconds.
+
+A prompt the engine has not seen costs its whole length in prefill before the first token: at llama.cpp's ~45 tok/s
+on 2 Zen 3 cores the default 1,536 tokens are ~30-35 s, the wait after opening a file or jumping elsewhere, and
+every keystroke of that time goes unanswered. On holes cut from real files (`codecue-bench prompt --files ...
+--total-budgets`, docs/benchmarks.md, 60 holes) 1,024 tokens completed as well as 1,536 (line exact match 0.22 /
+0.22, similarity 0.62 / 0.61) and 512 worse (0.17, 0.53). So "auto" spends about COLD_PROMPT_SECONDS, never less
+than SMALLEST_AUTO_TOTAL nor more than the default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_TOTAL = 1536
+SMALLEST_AUTO_TOTAL = 1024
+COLD_PROMPT_SECONDS = 12.0
+STEP = 128
+# A kept layout (prompt/layout.py) may grow past the budget by this share of it before it is chosen afresh: the
+# tokens typed since are computed either way, but a layout chosen afresh costs a whole new prompt. The budget bounds
+# what a new prompt costs; this bounds how often typing in one place pays that again (typing 1,500 characters of
+# engine/policy.py re-chose the layout 5 times at 512 tokens without it).
+KEPT_GROWTH = 0.5
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    total: int = DEFAULT_TOTAL
+    suffix: int = 128
+    context: int = DEFAULT_TOTAL // 3
+
+
+def budget_for(total: int, suffix: int = 128) -> PromptBudget:
+    """A budget of `total` tokens: the suffix's share fixed, the ranked context a third (512 of the default)."""
+    return PromptBudget(total=total, suffix=suffix, context=total // 3)
+
+
+def total_for_prefill_rate(tokens_per_s: float | None) -> int:
+    """The total that "auto" picks: what this machine prefills in COLD_PROMPT_SECONDS, in steps of STEP tokens,
+    between SMALLEST_AUTO_TOTAL and DEFAULT_TOTAL; the default where the rate was not measured."""
+    if not tokens_per_s or tokens_per_s <= 0:
+        return DEFAULT_TOTAL
+    fits = int(tokens_per_s * COLD_PROMPT_SECONDS) // STEP * STEP
+    return max(SMALLEST_AUTO_TOTAL, min(DEFAULT_TOTAL, fits))
