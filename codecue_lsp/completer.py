@@ -17,7 +17,7 @@ from engine.types import CancelToken, CompletionRequest, CompletionResult
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
-from .prompt.sizing import total_for_prefill_rate
+from .prompt.sizing import prompt_total, total_for_prefill_rate
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Completer:
                     f"this machine prefills {rate:.0f} tok/s" if rate else "prefill rate not measured, the default")
 
     def prompt_tokens(self, settings: Settings) -> int:
-        return self.auto_prompt_tokens if settings.prompt_tokens == "auto" else int(settings.prompt_tokens)
+        return prompt_total(settings.prompt_tokens, self.auto_prompt_tokens)
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> Prepared:

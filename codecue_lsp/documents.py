@@ -19,12 +19,19 @@ class LspTextDocument(TextDocument):
 
     @property
     def lines(self):
-        return tuple(_LSP_LINE.findall(self.source))
+        # pygls reads `lines` several times per change and position conversion; the regex split is ~5x slower than
+        # str.splitlines (2 ms on 190 KB), so it is kept until the source string is replaced.
+        source = self.source
+        cached = self.__dict__.get("_lsp_lines")
+        if cached is None or cached[0] is not source:
+            cached = self.__dict__["_lsp_lines"] = (source, tuple(_LSP_LINE.findall(source)))
+        return cached[1]
 
 
 def use_lsp_lines(workspace) -> None:
     """Make `workspace` (pygls' Workspace, created at `initialize`) create LspTextDocuments. pygls has no option
-    for it: its document factory is wrapped, and the documents it makes get the subclass (which adds no state)."""
+    for it: its document factory is wrapped, and the documents it makes get the subclass (its only state is the
+    cached split, made on first use)."""
     create = workspace._create_text_document
 
     def create_lsp_document(*args, **kwargs):

@@ -36,7 +36,7 @@ from engine.types import CancelToken, CompletionResult, CompletionStats
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
-from .prompt.sizing import DEFAULT_TOTAL
+from .prompt.sizing import DEFAULT_TOTAL, prompt_total
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ class RemoteCompleter:
 
     def prompt_tokens(self, settings: Settings) -> int:
         """"auto" is the default here: a serving engine's prefill rate is not measured (GPUs prefill it in ms)."""
-        return DEFAULT_TOTAL if settings.prompt_tokens == "auto" else int(settings.prompt_tokens)
+        return prompt_total(settings.prompt_tokens, DEFAULT_TOTAL)
 
     def submit(self, prepared: RemotePrepared, token: CancelToken) -> Future:
         return self.engine.submit(prepared, token)

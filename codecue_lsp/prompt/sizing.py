@@ -41,3 +41,8 @@ def total_for_prefill_rate(tokens_per_s: float | None) -> int:
         return DEFAULT_TOTAL
     fits = int(tokens_per_s * COLD_PROMPT_SECONDS) // STEP * STEP
     return max(SMALLEST_AUTO_TOTAL, min(DEFAULT_TOTAL, fits))
+
+
+def prompt_total(setting: int | str, auto_total: int) -> int:
+    """The total of a `promptTokens` setting: a number as set, "auto" what the engine's measurement gave."""
+    return auto_total if setting == "auto" else int(setting)
