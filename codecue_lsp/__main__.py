@@ -39,6 +39,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", metavar="N|auto",
                         help="most tokens in a prompt (default auto: what this machine prefills in ~12 s, 1024..1536; "
                              "remote engines 1536); a prompt the engine has not seen costs all of them first")
+    parser.add_argument("--cold-prompt-tokens", metavar="N|auto|off",
+                        help="a prompt nothing is cached for (a file just opened, a jump) starts this small and the "
+                             "full one is prefilled while you pause (default auto: what this machine prefills in "
+                             "~12 s, at least 512; off: always the full size)")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
@@ -60,6 +64,7 @@ def cli_settings(args: argparse.Namespace) -> dict:
         "pair": args.pair, "device": args.device, "dtype": args.dtype, "max_tokens": args.max_tokens,
         "debounce_ms": args.debounce_ms, "drafter": args.drafter, "middle_from": args.middle_from,
         "middle_lines": args.middle_lines, "next_line": args.next_line, "prompt_tokens": args.prompt_tokens,
+        "cold_prompt_tokens": args.cold_prompt_tokens,
         "enabled_languages": args.languages,
         "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
         "remote_model": args.remote_model,
@@ -96,9 +101,13 @@ def check(settings) -> int:
 
         print(format_table(pair.calibration, pair.choice))
     rate = completer.engine.prefill_tokens_per_s
-    print(f"prompts: at most {completer.prompt_tokens(settings)} tokens (promptTokens {settings.prompt_tokens}"
-          + (f"; this machine prefills {rate:.0f} tok/s, a new prompt of that size "
-             f"{completer.prompt_tokens(settings) / rate:.1f} s)" if rate else ")"))
+    total, cold = completer.prompt_tokens(settings), completer.cold_prompt_tokens(settings)
+    print(f"prompts: at most {total} tokens (promptTokens {settings.prompt_tokens}"
+          + (f"; this machine prefills {rate:.0f} tok/s, a new prompt of that size {total / rate:.1f} s)"
+             if rate else ")"))
+    print(f"a prompt nothing is cached for: {cold} tokens (coldPromptTokens {settings.cold_prompt_tokens}"
+          + (f", {cold / rate:.1f} s; the full one is prefilled while you pause)" if cold < total and rate
+             else ")"))
     doc = OpenDocument(uri="file:///codecue-check.py", language_id="python", text=CHECK_DOCUMENT)
     lines = CHECK_DOCUMENT.split("\n")
     for label in ("cold", "warm"):
@@ -151,14 +160,16 @@ def main(argv=None) -> int:
         print(f"codecue-lsp {server_version()}")
         return 0
     settings_in = cli_settings(args)
-    if args.prompt_tokens is not None:
+    for flag, key in (("--prompt-tokens", "prompt_tokens"), ("--cold-prompt-tokens", "cold_prompt_tokens")):
+        value = getattr(args, key)
+        if value is None:
+            continue
         from .config import parse_setting
 
         try:
-            parse_setting("prompt_tokens", args.prompt_tokens)
+            parse_setting(key, value)
         except (TypeError, ValueError) as exc:
-            print(f"codecue-lsp: --prompt-tokens: {exc}, not {args.prompt_tokens!r}",
-                  file=sys.stderr)
+            print(f"codecue-lsp: {flag}: {exc}, not {value!r}", file=sys.stderr)
             return 2
     if args.torch_prefill:  # read where the engine loads (engine/torch_prefill.wanted), like the other engine env
         os.environ["CODECUE_TORCH_PREFILL"] = args.torch_prefill

@@ -17,7 +17,7 @@ from engine.types import CancelToken, CompletionRequest, CompletionResult
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
-from .prompt.sizing import prompt_total, total_for_prefill_rate
+from .prompt.sizing import cold_total, cold_total_for_prefill_rate, prompt_total, total_for_prefill_rate
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +45,22 @@ def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
     return len(ids) if engine.special_token_id(engine.fim.middle) in ids else 0
 
 
+def growth_tokens(prepared) -> int:
+    """How many of a growth prompt's tokens make it ready: all but the last, which a request runs itself."""
+    return len(prepared.request.prompt_ids) - 1
+
+
 @dataclass
 class Prepared:
     built: object  # prompt.BuiltPrompt
     request: CompletionRequest
+    total: int = 0  # the prompt size the settings ask for (the built one may be a cold start's, smaller)
+
+    @property
+    def grows(self) -> bool:
+        """Its layout was chosen at a cold start's size: the full one is to be made ready (growth.py)."""
+        layout = self.built.layout
+        return layout is not None and 0 < layout.total < self.total
 
 
 class Completer:
@@ -59,23 +71,68 @@ class Completer:
             step_delay_s = float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
         self.step_delay_s = step_delay_s
         self.layouts = Layouts()
+        self.growing = Layouts()  # the full-size layouts being prefilled into the engine's spare (growth.py)
         rate = getattr(engine, "prefill_tokens_per_s", None)
         self.auto_prompt_tokens = total_for_prefill_rate(rate)
+        self.auto_cold_prompt_tokens = cold_total_for_prefill_rate(rate)
         logger.info("prompts of at most %d tokens (promptTokens auto: %s)", self.auto_prompt_tokens,
                     f"this machine prefills {rate:.0f} tok/s" if rate else "prefill rate not measured, the default")
 
     def prompt_tokens(self, settings: Settings) -> int:
         return prompt_total(settings.prompt_tokens, self.auto_prompt_tokens)
 
+    def cold_prompt_tokens(self, settings: Settings) -> int:
+        return cold_total(settings.cold_prompt_tokens, self.prompt_tokens(settings), self.auto_cold_prompt_tokens)
+
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                 other_docs: Sequence[OpenDocument] = ()) -> Prepared:
         """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
-        cache (scheduler.PromptWorker), never on the event loop."""
-        built = build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
-                             other_docs=other_docs, budget=budget_for(self.prompt_tokens(settings)),
-                             syntax=self.syntax, middle_from=settings.middle_from,
-                             previous=self.layouts.get(doc.uri), middle_lines=settings.middle_lines)
+        cache (scheduler.PromptWorker), never on the event loop. A layout chosen afresh is chosen at the cold
+        start's size (nothing of it is cached: it all costs prefill first); growth.py makes the full one ready."""
+        total = self.prompt_tokens(settings)
+        built = self._build(doc, line, character_utf16, settings, other_docs, total, self.layouts.get(doc.uri))
+        cold = self.cold_prompt_tokens(settings)
+        if not built.kept and cold < total:
+            built = self._build(doc, line, character_utf16, settings, other_docs, cold, None)
+        if not built.kept:
+            logger.debug("%s: a layout chosen afresh at line %d, %d of %d tokens", doc.uri, line,
+                         built.layout.total if built.layout else total, total)
         self.layouts.remember(built.layout)
+        return self._prepared(built, settings, doc.uri, total)
+
+    def prepare_growth(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
+                       other_docs: Sequence[OpenDocument] = ()) -> Prepared | None:
+        """The full-size prompt for this cursor, in the layout being grown for the document (kept while it holds,
+        like any layout); None when the document's layout is full-size already. On the prompt thread."""
+        total, current = self.prompt_tokens(settings), self.layouts.get(doc.uri)
+        if current is None or current.total >= total:
+            return None
+        built = self._build(doc, line, character_utf16, settings, other_docs, total, self.growing.get(doc.uri))
+        self.growing.remember(built.layout)
+        return self._prepared(built, settings, doc.uri, total)
+
+    def grow(self, prepared: Prepared, token: CancelToken):
+        """Prefill a growth prompt into the engine's spare cache for its document: what a request's prefill computes,
+        all but the last token (`growth_tokens`). A future of how many of them the spare holds (a cancel keeps the
+        chunks done, for the next try)."""
+        ids = list(prepared.request.prompt_ids[:growth_tokens(prepared)])
+        return self.engine.prefill_spare(prepared.request.session, ids, token)
+
+    def take_growth(self, prepared: Prepared) -> None:
+        """The grown layout is the document's from now on, and so is the spare cache that holds it: the next
+        keystroke's prompt keeps it and finds it computed. On the prompt thread, so every prompt built after this
+        has the layout, and submitted after the engine's take_spare (both queues are first in, first out)."""
+        uri = prepared.request.session
+        self.layouts.remember(prepared.built.layout)
+        self.growing.forget(uri)
+        self.engine.take_spare(uri)
+
+    def _build(self, doc, line, character_utf16, settings, other_docs, total, previous):
+        return build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
+                            other_docs=other_docs, budget=budget_for(total), syntax=self.syntax,
+                            middle_from=settings.middle_from, previous=previous, middle_lines=settings.middle_lines)
+
+    def _prepared(self, built, settings: Settings, session: str, total: int) -> Prepared:
         ids, heal = encode_built(self.engine, built)
         request = CompletionRequest(
             prompt_ids=ids,
@@ -83,10 +140,10 @@ class Completer:
             shared_prefix=shared_prefix_length(self.engine, ids, settings.middle_from),
             max_new_tokens=settings.max_tokens,
             stop=make_stop_predicate(built),
-            session=doc.uri,
+            session=session,
             drafter=settings.drafter,
         )
-        return Prepared(built=built, request=request)
+        return Prepared(built=built, request=request, total=total)
 
     def submit(self, prepared: Prepared, token: CancelToken):
         return self.engine.submit(prepared.request, token, on_tokens=self._step_delay(token))

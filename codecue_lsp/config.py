@@ -41,6 +41,10 @@ class Settings:
     # Most tokens in a prompt: "auto" (the local engine: what this machine prefills in ~12 s, measured by the
     # calibration, 1024..1536; prompt/sizing.py) or a number. A prompt not seen before costs all of them first.
     prompt_tokens: int | str = "auto"
+    # A prompt nothing is cached for (a file just opened, a jump elsewhere) starts this small, and the full one is
+    # prefilled while the user pauses, then taken over (growth.py): "auto" (what this machine prefills in ~12 s, at
+    # least 512; the full size where the rate is not measured), a number, or "off" (always the full size).
+    cold_prompt_tokens: int | str = "auto"
     # Empty tuple = every language. "*" in the list also means every language.
     enabled_languages: tuple[str, ...] = DEFAULT_LANGUAGES
     log_level: str = "INFO"
@@ -151,6 +155,14 @@ def _prompt_tokens(value: Any) -> int | str:
     return _int_in(256, 32768)(value)
 
 
+def _cold_prompt_tokens(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() in ("auto", "off"):
+        return value.strip().lower()
+    if isinstance(value, str) and not value.strip().isdigit():
+        raise ValueError("expected auto, off or a number of tokens, 128..32768")
+    return _int_in(128, 32768)(value)
+
+
 def _engine(value: Any) -> str:
     value = _text(value)
     if value != "local" and not value.startswith(("http://", "https://")):
@@ -178,6 +190,7 @@ _PARSERS = {
     "middle_lines": _int_in(1, 200),
     "next_line": _flag,
     "prompt_tokens": _prompt_tokens,
+    "cold_prompt_tokens": _cold_prompt_tokens,
     "enabled_languages": _languages,
     "log_level": _log_level,
     "log_file": _text,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from lsprotocol import types as lsp
 
 from .config import MAX_DOCUMENT_CHARS
+from .growth import plan_growth, start_growth
 from .positions import count_units, cursor_at, item_edit, utf16_units
-from .scheduler import await_engine, debounce
+from .scheduler import await_engine, debounce, run_background
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
     ticket, older = ls.scheduler.begin(snap.uri, snap.version)
     if older is not None:
         tel.count("superseded")
-    plan = None
+    plan, answered = None, False
     try:
         rest = ls.typethrough.lookup(snap.uri, prefix, line_suffix)
         if rest is None:
@@ -101,6 +102,7 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
             plan = next_line(snap, cursor, rest)
             if plan is not None and ls.next_lines.get(snap.uri) != plan.text:
                 plan = None  # only a line the engine finished (not one cut at max_tokens) is followed
+            answered = True
             return completion_list(rest.replace("\r\n", "\n"), cursor, snap.text, units)
         ls.scheduler.stop_background()  # this request needs the engine
         if not ls.ready:
@@ -125,12 +127,14 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
             return empty()
         text = ls.completer.finish(prepared, result)
         ls.typethrough.remember(snap.uri, prefix, line_suffix, text)
+        ls.pending_growth = plan_growth(snap, cursor.line, character_utf16, prepared)
         if _ends_its_line(prepared, result):
             plan = next_line(snap, cursor, text)
             if plan is not None:
                 ls.next_lines[snap.uri] = plan.text
         tel.count("completed")
         tel.latency(time.perf_counter() - started)
+        answered = True
         return completion_list(text, cursor, snap.text, units)
     except asyncio.CancelledError:
         tel.count("cancelled")
@@ -143,6 +147,8 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
         ls.scheduler.finish(ticket)
         if plan is not None:
             start_next_line(ls, plan)
+        if answered:  # not after a cancelled request: the keystroke that cancelled it is one request away
+            start_growth(ls)  # when nothing else runs: the next line goes first
 
 
 def _ends_its_line(prepared, result) -> bool:
@@ -185,38 +191,30 @@ def start_next_line(ls, plan: NextLine) -> None:
     if (ticket := ls.scheduler.begin_background(plan.uri, plan.version, plan.text)) is None:
         return  # a request is in flight (it goes first), or this line is being written
     ls.telemetry.count("next_line_started")
-    task = asyncio.ensure_future(_write_next_line(ls, plan, ticket))
+    task = run_background(ls, ticket, _write_next_line(ls, plan, ticket), f"writing the next line of {plan.uri}",
+                          then=lambda: start_growth(ls))
     ls.next_line_writer = (plan, task)
-    ls.background_tasks.add(task)
-    task.add_done_callback(ls.background_tasks.discard)
 
 
 async def _write_next_line(ls, plan: NextLine, ticket) -> None:
     from .prompt import OpenDocument
 
-    try:
-        doc = OpenDocument(uri=plan.uri, language_id=plan.language_id, text=plan.text)
-        prepared = await ls.prepare_prompt(ticket, doc, plan.line, 0)
-        if prepared is None or not ticket.live:
-            return
-        future = ls.completer.submit(prepared, ticket.token)
-        _record_engine_totals(future, ls.telemetry)
-        result = await await_engine(future, ticket.token)
-        if not ticket.live:
-            return
-        # Kept even if the document changed meanwhile: it is only answered where the text before it is plan.end.
-        text = ls.completer.finish(prepared, result)
-        if text:
-            ls.typethrough.remember_next(plan.uri, plan.end, plan.newline + text)
-            ls.telemetry.count("next_line_ready")
-            if _ends_its_line(prepared, result) and "\n" not in text:
-                ls.next_lines[plan.uri] = plan.taken(text)  # Enter after this line too: the next one follows
-    except asyncio.CancelledError:
-        ticket.token.set()
-    except Exception:
-        logger.exception("writing the next line failed for %s", plan.uri)
-    finally:
-        ls.scheduler.finish(ticket)
+    doc = OpenDocument(uri=plan.uri, language_id=plan.language_id, text=plan.text)
+    prepared = await ls.prepare_prompt(ticket, doc, plan.line, 0)
+    if prepared is None or not ticket.live:
+        return
+    future = ls.completer.submit(prepared, ticket.token)
+    _record_engine_totals(future, ls.telemetry)
+    result = await await_engine(future, ticket.token)
+    if not ticket.live:
+        return
+    # Kept even if the document changed meanwhile: it is only answered where the text before it is plan.end.
+    text = ls.completer.finish(prepared, result)
+    if text:
+        ls.typethrough.remember_next(plan.uri, plan.end, plan.newline + text)
+        ls.telemetry.count("next_line_ready")
+        if _ends_its_line(prepared, result) and "\n" not in text:
+            ls.next_lines[plan.uri] = plan.taken(text)  # Enter after this line too: the next one follows
 
 
 def _record_engine_totals(future, tel) -> None:

@@ -2,8 +2,8 @@
 
 A newer request or an edit of the same document supersedes the older request: its CancelToken is set (the engine
 stops within one speculative step) and its handler answers an empty list instead of stale text. Background work
-(the next line, inline.py) goes on through edits and type-through answers, and stops for any request that needs the
-engine.
+(the next line, inline.py; a full-size prompt, growth.py) goes on through edits and type-through answers, and stops
+for any request that needs the engine.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ class Ticket:
 
 
 class Scheduler:
-    """Requests in flight, one per document, and at most one piece of background work (inline.py's next line),
-    which no edit stops, only a request that needs the engine (stop_background)."""
+    """Requests in flight, one per document, and at most one piece of background work (inline.py's next line or
+    growth.py's full-size prompt), which no edit stops, only a request that needs the engine (stop_background)."""
 
     def __init__(self) -> None:
         self._in_flight: dict[str, Ticket] = {}
@@ -110,6 +110,27 @@ async def await_engine(future: concurrent.futures.Future, token: CancelToken):
     except asyncio.CancelledError:
         token.set()
         raise
+
+
+def run_background(ls, ticket: Ticket, work, what: str, then=None) -> asyncio.Task:
+    """Run the coroutine `work` as the server's background work under `ticket`: a cancelled task stops the engine
+    through the ticket, an error is logged, and the ticket is finished either way, then `then()` runs (what may
+    start next). The server holds the task until it is done."""
+    async def run() -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            ticket.token.set()
+        except Exception:
+            logger.exception("%s failed", what)
+        finally:
+            ls.scheduler.finish(ticket)
+            if then is not None:
+                then()
+    task = asyncio.ensure_future(run())
+    ls.background_tasks.add(task)
+    task.add_done_callback(ls.background_tasks.discard)
+    return task
 
 
 class PromptWorker:

@@ -62,8 +62,9 @@ class CodeCueServer(LanguageServer):
         self.scheduler = Scheduler()
         self.typethrough = TypeThroughCache()
         self.next_lines: dict[str, str] = {}  # uri -> the document after its suggestion and Enter (inline.py)
-        self.background_tasks: set = set()  # the next-line writers in flight (held so they are not collected)
+        self.background_tasks: set = set()  # next-line writers and growths in flight (held so they are not collected)
         self.next_line_writer = None  # (plan, task) of the last next-line writer started (inline.py)
+        self.pending_growth = None  # growth.GrowthPlan: the full-size prompt to make ready when nothing else runs
         self.telemetry = Telemetry()
         self.completer = None  # set once the model pair is loaded
         self.load_error: str | None = None
@@ -144,6 +145,8 @@ class CodeCueServer(LanguageServer):
         self.next_lines.pop(uri, None)
         if self.next_line_writer is not None and self.next_line_writer[0].uri == uri:
             self.next_line_writer = None
+        if self.pending_growth is not None and self.pending_growth.uri == uri:
+            self.pending_growth = None
         self.sync_workspace(uri, closed=True)
         if self.syntax is not None:
             self.prompt_worker.forget(uri)
@@ -204,7 +207,7 @@ def resource_sizes(ls: CodeCueServer, engine) -> dict:
     return {
         "open_documents": len(ls.workspace.text_documents),
         "in_flight": len(ls.scheduler._in_flight),
-        "background": int(ls.scheduler.background is not None),  # the next line being written (inline.py)
+        "background": int(ls.scheduler.background is not None),  # a next line (inline.py) or growth (growth.py)
         "request_futures": len(ls.protocol._request_futures),
         "typethrough_entries": len(ls.typethrough),
         "syntax_documents": len(ls.syntax._entries) if ls.syntax is not None else 0,
@@ -280,6 +283,8 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         out["resources"] = resource_sizes(ls, engine)
         sizing = getattr(ls.completer, "prompt_tokens", None)
         out["prompt_tokens"] = sizing(ls.settings) if sizing is not None else None  # the budget in use
+        cold = getattr(ls.completer, "cold_prompt_tokens", None)
+        out["cold_prompt_tokens"] = cold(ls.settings) if cold is not None else None  # a cold start's (growth.py)
         info = getattr(engine, "info", None)  # the remote backend reports its endpoint's health
         out["backend"] = info() if callable(info) else {
             "kind": "local" if ls.settings.engine == "local" else "remote",

@@ -14,7 +14,9 @@ LATENCY_WINDOW = 2000  # latency percentiles cover the last this many requests (
 COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
             "shown", "accepted", "rejected", "errors",
             # the line after a taken suggestion, written in the background (inline.py): started, written, answered
-            "next_line_started", "next_line_ready", "next_line_hits")
+            "next_line_started", "next_line_ready", "next_line_hits",
+            # a cold start's full-size prompt made ready in the background (growth.py): started, taken over
+            "growth_started", "growth_taken")
 
 
 @dataclass

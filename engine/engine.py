@@ -51,6 +51,9 @@ class Engine:
             self.stop_token_ids.add(self.tokenizer.eos_token_id)
         self.max_sessions = max_sessions
         self.sessions: OrderedDict[str, Session] = OrderedDict()
+        # (session key, target cache) being filled in the background with a prompt that session will take next
+        # (prefill_spare / take_spare); one for the engine, outside the sessions' LRU.
+        self.spare: tuple[str, TrackedCache] | None = None
         self._lock = threading.Lock()  # one generation at a time: batch size 1, the caches are not shared
         # The LSP thread encodes while the worker decodes; a HF fast tokenizer may raise "Already borrowed"
         # when one object is used from two threads at once.
@@ -184,6 +187,46 @@ class Engine:
                 self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
             return result
 
+    # --- a prompt made ready in the background ---------------------------------------------------------------------
+    def prefill_spare(self, session: str, prompt_ids, cancel_token: CancelToken | None = None) -> Future:
+        """Prefill prompt_ids into a spare target cache for `session`, leaving the session's own caches as they are:
+        the server makes a larger prompt ready there while the user pauses (codecue_lsp/growth.py), and keystrokes
+        meanwhile keep being answered from the session's smaller one. A cancel keeps the chunks done, for the next
+        call with the same prompt to go on from. One spare for the engine: one for another session is dropped.
+        Resolves to how many of prompt_ids the spare holds."""
+        return self._worker.submit(self._prefill_spare, session, list(prompt_ids), cancel_token or CancelToken())
+
+    def _prefill_spare(self, key: str, ids: list[int], token: CancelToken) -> int:
+        with self._lock, self._working(), torch.inference_mode():
+            if self.spare is None or self.spare[0] != key:
+                self.spare = None  # its llama.cpp sequence is free before the new one is taken
+                self.spare = (key, cache_for(self.pair.target))
+            cache = self.spare[1]
+            self._set_phase("prefill")
+            try:
+                cache.extend_to(ids, cancelled=token.is_set)
+            except BaseException:
+                self.spare = None
+                raise
+            return common_prefix_length(cache.ids, ids)
+
+    def take_spare(self, session: str) -> Future:
+        """From now on `session`'s target cache is its spare (its completion history and acceptance stay): the
+        prompt that filled the spare is the session's now. Queued on the worker, so requests submitted later see
+        it. Resolves to whether there was a spare to take."""
+        def take() -> bool:
+            with self._lock:
+                if self.spare is None or self.spare[0] != session:
+                    return False
+                cache, self.spare = self.spare[1], None
+                if session in self.sessions:
+                    self.sessions[session].target = cache
+                    self.sessions.move_to_end(session)
+                else:
+                    self._session(session).target = cache
+                return True
+        return self._worker.submit(take)
+
     @contextmanager
     def _working(self):
         self.busy = True
@@ -198,10 +241,13 @@ class Engine:
     def close(self) -> None:
         self._worker.shutdown(wait=True, cancel_futures=True)
         self.sessions.clear()
+        self.spare = None
 
     def reset_session(self, session: str) -> None:
         with self._lock:
             self.sessions.pop(session, None)
+            if self.spare is not None and self.spare[0] == session:
+                self.spare = None
 
     # --- helpers ---------------------------------------------------------------------------------------------------
     def _session(self, key: str | None) -> Session:
@@ -281,5 +327,7 @@ class Engine:
         def forget() -> None:
             with self._lock:
                 self.sessions.pop(session, None)
+                if self.spare is not None and self.spare[0] == session:
+                    self.spare = None
             self.workspace.remove(f"history:{session}")
         return self._worker.submit(forget)

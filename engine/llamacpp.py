@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PIP_REQUIREMENT = "llama-cpp-python==0.3.36"  # verified; vendors llama.cpp 0c1e57098 (shared/facts.md)
 N_CTX_PER_SEQUENCE = 4096  # prompts are budgeted well below this (codecue_lsp settings)
-N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, a one-off request, a benchmark's extra cache
+N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, its spare (codecue_lsp/growth.py), a one-off request
 N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
 # Prefill chunk: 64-512 tokens prefill within noise of each other on 2 Zen 4 cores (1.5B Q4_K_M, 65-94 tok/s, busy
 # machine); a cancel stops a chunk between graph nodes anyway, and between chunks a plain `cancelled()` is asked.

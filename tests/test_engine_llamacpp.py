@@ -354,3 +354,21 @@ def test_a_shared_prefill_pass_stops_when_the_next_request_abandons_it(models, m
     cache.extend_to(ids, cancelled=token.is_set, shared=20, finishing=lambda stop: abandon.is_set)
     assert cache.ids == ids[:8]
     assert cache.extend_to(ids) == (8, 32)
+
+
+def test_a_spare_fits_beside_every_session_and_a_one_off_request(models, references):
+    """The engine's 4 sessions, the spare (codecue_lsp/growth.py) and a one-off request each hold a sequence of the
+    target: all fit, and a taken spare answers exactly."""
+    engine = llamacpp_engine(models, "none")
+    try:
+        (seed, repeat), ref = next(iter(references.items()))
+        prompt = random_prompt(seed, repeat=repeat)
+        for n in range(engine.max_sessions):
+            engine.complete(CompletionRequest(random_prompt(30 + n), 2, session=f"doc{n}"))
+        assert engine.prefill_spare("doc0", prompt[:-1]).result() == len(prompt) - 1
+        assert engine.complete(CompletionRequest(prompt, MAX_NEW)).token_ids == ref  # one-off
+        assert engine.take_spare("doc0").result() is True
+        taken = engine.complete(CompletionRequest(prompt, MAX_NEW, session="doc0"))
+        assert taken.token_ids == ref and taken.stats.new_prompt_tokens == 0
+    finally:
+        engine.close()

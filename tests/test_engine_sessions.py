@@ -119,3 +119,50 @@ def test_collapsed_acceptance_turns_drafting_off_in_a_real_run():
     assert not result.stats.speculation_enabled
     assert result.stats.drafted < 40
     assert result.token_ids == reference_greedy(tiny_model(2, 0), random_prompt(18), 40)
+
+
+# --- the spare cache: a larger prompt prefilled in the background, then taken over (codecue_lsp/growth.py) -------
+def test_a_spare_prefill_leaves_the_session_alone_until_taken_then_the_next_request_is_exact():
+    engine = tiny_engine("random")
+    small, grown = random_prompt(21, length=30), random_prompt(22, length=90)
+    engine.complete(CompletionRequest(small, MAX_NEW, session="doc", drafter="hybrid"))
+    session = engine.sessions["doc"]
+    controllers, history = session.controllers, list(session.history)
+    assert engine.prefill_spare("doc", grown[:-1]).result() == len(grown) - 1
+    assert engine.sessions["doc"].target.ids[:len(small) - 1] == small[:-1]  # the small prompt still answers
+    again = engine.complete(CompletionRequest(small, MAX_NEW, session="doc", drafter="hybrid"))
+    assert again.stats.new_prompt_tokens == 0
+
+    assert engine.take_spare("doc").result() is True
+    assert engine.spare is None and engine.take_spare("doc").result() is False
+    result = engine.complete(CompletionRequest(grown, MAX_NEW, session="doc", drafter="hybrid"))
+    assert (result.stats.reused_prompt_tokens, result.stats.new_prompt_tokens) == (len(grown) - 1, 0)
+    assert result.token_ids == reference_greedy(tiny_model(2, 0), grown, MAX_NEW)
+    # The document's acceptance and completion history went on with it.
+    assert engine.sessions["doc"].controllers is controllers
+    assert engine.sessions["doc"].history[:len(history)] == history and len(history) > 0
+
+
+def test_a_cancelled_spare_prefill_is_continued_by_the_next_one():
+    engine = tiny_engine("none")
+    grown = random_prompt(23, length=90)
+    stopped = CancelToken()
+    stopped.set()
+    assert engine.prefill_spare("doc", grown[:40]).result() == 40
+    assert engine.prefill_spare("doc", grown, stopped).result() == 40  # the user typed: nothing more, nothing lost
+    spare_cache = engine.spare[1]
+    assert engine.prefill_spare("doc", grown).result() == len(grown)
+    assert engine.spare[1] is spare_cache and spare_cache.ids == grown
+
+
+def test_one_spare_for_the_engine_and_it_goes_with_its_document():
+    engine = tiny_engine("none")
+    engine.prefill_spare("a", random_prompt(24)).result()
+    engine.prefill_spare("b", random_prompt(25)).result()
+    assert engine.spare[0] == "b" and engine.take_spare("a").result() is False
+    engine.forget_session("b").result()
+    assert engine.spare is None
+    # A document whose session was evicted meanwhile gets one made of the spare.
+    engine.prefill_spare("c", random_prompt(26)).result()
+    assert "c" not in engine.sessions and engine.take_spare("c").result() is True
+    assert engine.sessions["c"].target.ids == random_prompt(26)

@@ -74,6 +74,32 @@ def test_read_first_delays_the_first_keystroke_only():
     assert shifts == {20.0}  # every later event 20 s later, the rhythm unchanged
 
 
+@pytest.mark.parametrize("pauses, shifts_by_request", [
+    ([(3, 30.0)], {0: 0, 3: 0, 4: 30.0, 9: 30.0}),               # after request 3: the 4th on is later
+    ([(2, 5.0), (6, 10.0)], {2: 0, 3: 5.0, 6: 5.0, 7: 15.0}),     # pauses add up
+    ([(99, 5.0)], {0: 0, 9: 0}),                                  # past the last request: nothing moves
+])
+def test_pauses_move_everything_after_their_request(pauses, shifts_by_request):
+    source = synth.file_source(PROJECT_FILE, start_fraction=0.5)
+    plain = synth.synth_typing([source], seed=2, max_keystrokes=9, keep_suffix=True)
+    paused = synth.with_pauses(plain, pauses)
+    assert [dict(e, t=None) for e in paused] == [dict(e, t=None) for e in plain]  # the same events, in order
+    requests = [(a["t"], b["t"]) for a, b in zip(plain, paused) if a["type"] == "request"]
+    for n, shift in shifts_by_request.items():
+        assert round(requests[n][1] - requests[n][0], 3) == shift, n
+    assert [e["t"] for e in paused] == sorted(e["t"] for e in paused)
+
+
+def test_pause_after_flag(tmp_path, capsys):
+    out, paused = tmp_path / "t.jsonl", tmp_path / "p.jsonl"
+    base = ["synth", "--humaneval", "0", "--max-keystrokes", "20", "--seed", "1"]
+    assert replay_main([*base, "--out", str(out)]) == 0
+    assert replay_main([*base, "--pause-after", "10:30", "--out", str(paused)]) == 0
+    assert read_trace(paused)[-1]["t"] == pytest.approx(read_trace(out)[-1]["t"] + 30.0, abs=0.01)
+    assert replay_main([*base, "--pause-after", "ten", "--out", str(paused)]) == 2
+    assert "--pause-after" in capsys.readouterr().err
+
+
 def test_every_request_has_a_truth_that_is_what_comes_next():
     source = synth.humaneval_sources([5])[0]
     events = synth.synth_typing([source], seed=3)

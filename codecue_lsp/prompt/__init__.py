@@ -69,6 +69,7 @@ class BuiltPrompt:
     cursor_offset: int = 0   # document offset of the cursor
     context_items: list = field(default_factory=list)  # (path, item text) that went into the context
     layout: Layout | None = None  # what the next keystroke's prompt may keep (layout.py)
+    kept: bool = False            # the `previous` layout was kept (else chosen afresh: a prompt nothing is cached for)
 
     @property
     def display(self) -> str:
@@ -150,6 +151,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
     if layout is not None and count_tokens(text[layout.prefix_start:prefix_end]) + layout.context_tokens > grown:
         layout = None  # the prefix outgrew it: choose afresh, within the budget
     last_middle = layout.middle if layout is not None else None
+    kept = layout is not None
     if layout is None:
         # Context: imports and signatures not already visible, ranked by relevance, in a stable layout.
         prefix_start = choose_prefix(base_budget - budget.context)
@@ -174,7 +176,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
         items = tuple((sources[source], tuple(chosen[source])) for source in range(1, len(sources))
                       if chosen.get(source)) + ((doc.uri, tuple(chosen.get(0, []))),)
         spans = tuple(window.bounds(item.start_row, item.end_row) for item in chosen.get(0, []))
-        layout = Layout(doc.uri, text, prefix_start, items, spans, context_tokens)
+        layout = Layout(doc.uri, text, prefix_start, items, spans, context_tokens, total=budget.total)
 
     context = _context_pieces(layout.items, headers)
     context_items = [(display_path(uri, doc.uri), item.text) for uri, items in layout.items for item in items]
@@ -193,7 +195,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                   "suffix": suffix_tokens},
         withheld=withheld, header_indent=header_indent, braces=braces, language_id=language_id,
         open_brackets=open_brackets(text[min(lookback, offset):offset]) if mode == "line" else 0,
-        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items, layout=layout)
+        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items, layout=layout, kept=kept)
 
 
 def _context_pieces(items, headers) -> list:

@@ -36,6 +36,7 @@ class Layout:
     spans: tuple              # (start, end) offsets in `text` of this document's items
     context_tokens: int       # what the prefix was chosen to leave for the items and the other files' headers
     middle: "MiddleStart | None" = None  # where the last prompt's FIM middle started (line split only)
+    total: int = 0            # the total token budget it was chosen for (a cold start's is smaller: growth.py)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,9 @@ class Layouts:
 
     def get(self, uri: str) -> Layout | None:
         return self.last.get(uri)
+
+    def forget(self, uri: str) -> None:
+        self.last.pop(uri, None)
 
     def remember(self, layout: Layout | None) -> None:
         if layout is None:

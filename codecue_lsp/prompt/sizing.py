@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 DEFAULT_TOTAL = 1536
 SMALLEST_AUTO_TOTAL = 1024
+# A prompt nothing is cached for (a file just opened, a jump) may be smaller than the total: it answers soon, and the
+# server makes the whole one ready while the user pauses (codecue_lsp/growth.py). "auto": what this machine prefills
+# in COLD_PROMPT_SECONDS, at least this many tokens.
+SMALLEST_COLD_TOTAL = 512
 COLD_PROMPT_SECONDS = 12.0
 STEP = 128
 # A kept layout (prompt/layout.py) may grow past the budget by this share of it before it is chosen afresh: the
@@ -46,3 +50,19 @@ def total_for_prefill_rate(tokens_per_s: float | None) -> int:
 def prompt_total(setting: int | str, auto_total: int) -> int:
     """The total of a `promptTokens` setting: a number as set, "auto" what the engine's measurement gave."""
     return auto_total if setting == "auto" else int(setting)
+
+
+def cold_total_for_prefill_rate(tokens_per_s: float | None) -> int | None:
+    """The size "auto" gives a prompt nothing is cached for: what this machine prefills in COLD_PROMPT_SECONDS, in
+    steps of STEP tokens, at least SMALLEST_COLD_TOTAL; None (no smaller start) where the rate was not measured."""
+    if not tokens_per_s or tokens_per_s <= 0:
+        return None
+    return max(SMALLEST_COLD_TOTAL, int(tokens_per_s * COLD_PROMPT_SECONDS) // STEP * STEP)
+
+
+def cold_total(setting: int | str, total: int, auto_cold: int | None) -> int:
+    """The size of a prompt nothing is cached for, under a `coldPromptTokens` setting: "off" the total, "auto" what
+    the engine's measurement gave, a number as set; never more than the total."""
+    if setting == "off" or (setting == "auto" and auto_cold is None):
+        return total
+    return min(total, auto_cold if setting == "auto" else int(setting))

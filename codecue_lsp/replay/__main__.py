@@ -53,6 +53,7 @@ def cmd_synth(args) -> int:
     else:
         events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix,
                                     args.read_first)
+    events = synth.with_pauses(events, [synth.parse_pause(p) for p in args.pause_after or []])
     write_trace(args.out, events)
     requests = sum(1 for e in events if e["type"] == "request")
     print(f"{args.out}: {synth.keystroke_count(events)} keystrokes, {requests} requests, "
@@ -158,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the text after the typed region is in the document too (editing inside a file)")
     p.add_argument("--read-first", type=float, default=0.0, metavar="S",
                    help="seconds between opening a file (its first request) and the first keystroke")
+    p.add_argument("--pause-after", action="append", metavar="N:S",
+                   help="the user stops for S seconds after request N (from 0), e.g. 100:30; repeatable")
     p.add_argument("--humaneval", help="HumanEval problems (e.g. 0,3,10-12): prompt open, solution typed")
     p.add_argument("--fim-holes", type=int, default=0, metavar="N",
                    help="instead of typing: N documents per file, each with one line/block removed")

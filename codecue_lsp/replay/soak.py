@@ -10,8 +10,8 @@ Input: the runner's samples, each {"request": requests sent so far, "rss_mb", "r
   that stays flat moves neither much). The raw min/max/last and the largest single deviation are reported too.
 - Resources: each size's value at warm-up and its max after warm-up are reported. A size "grows" when the second
   half of the samples after warm-up reaches a higher max than the first half, unless it stays within the cap the
-  server puts on that structure (CodeCue's latency window and type-through LRU; a short run may still be filling
-  them). A bounded structure that fills up levels off and passes; a leak keeps setting new highs and fails.
+  server puts on that structure (CodeCue's latency window and type-through LRU, one piece of background work; a
+  short run may still be filling them). A bounded structure that fills up levels off and passes; a leak keeps setting new highs and fails.
   Non-numeric states (engine_busy, engine_phase) are not sizes and are left out.
 """
 from __future__ import annotations
@@ -29,7 +29,9 @@ def known_caps() -> dict[str, int]:
     from ..telemetry import LATENCY_WINDOW
     from ..typethrough import TypeThroughCache
 
-    return {"latency_samples": LATENCY_WINDOW, "typethrough_entries": TypeThroughCache().max_entries}
+    # background: at most one piece of background work at a time (scheduler.Scheduler), a next line or a growth
+    return {"latency_samples": LATENCY_WINDOW, "typethrough_entries": TypeThroughCache().max_entries,
+            "background": 1}
 
 
 def warmup_index(samples: list[dict], requests: int, warmup_fraction: float = WARMUP_FRACTION) -> int | None:

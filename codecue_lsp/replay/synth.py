@@ -298,6 +298,26 @@ def synth_holes(sources: list[Source], count: int, seed: int = 0) -> list[dict]:
     return events
 
 
+def with_pauses(events: list[dict], pauses: list[tuple[int, float]]) -> list[dict]:
+    """The trace with the user stopping (to think, to read) for `seconds` after its `request`-th request (counted
+    from 0), for each (request, seconds): every later event moves that much later."""
+    requests = [e["t"] for e in events if e["type"] == "request"]
+    shifts = [(requests[n], seconds) for n, seconds in pauses if 0 <= n < len(requests)]
+    out = []
+    for event in events:
+        delay = sum(seconds for at, seconds in shifts if event["t"] > at)
+        out.append(dict(event, t=round(event["t"] + delay, 3)) if delay else event)
+    return out
+
+
+def parse_pause(value: str) -> tuple[int, float]:
+    """--pause-after N:S"""
+    request, _, seconds = value.partition(":")
+    if not request.strip().isdigit() or not seconds:
+        raise ValueError(f"--pause-after takes REQUEST:SECONDS, such as 100:30, not {value!r}")
+    return int(request), float(seconds)
+
+
 def keystroke_count(events: list[dict]) -> int:
     return sum(1 for e in events if e["type"] == "change")
 

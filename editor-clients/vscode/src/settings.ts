@@ -13,6 +13,7 @@ export interface Settings {
   middleFrom: string;
   nextLine: boolean;
   promptTokens: number; // 0: auto (the server sizes prompts by what the machine prefills)
+  coldPromptTokens: number; // 0: auto; a prompt nothing is cached for starts this small, the full one follows
   engine: string;
   remoteModel: string;
 }
@@ -40,6 +41,7 @@ export function readSettings(config: ConfigReader): Settings {
     middleFrom: config.get('middleFrom', 'line'),
     nextLine: config.get('nextLine', true),
     promptTokens: config.get('promptTokens', 0),
+    coldPromptTokens: config.get('coldPromptTokens', 0),
     engine: config.get('engine', 'local').trim() || 'local',
     remoteModel: config.get('remoteModel', '').trim(),
   };
@@ -53,6 +55,7 @@ export function serverSettings(s: Settings): Record<string, unknown> {
     pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens,
     drafter: s.drafter, middleFrom: s.middleFrom, nextLine: s.nextLine, engine: s.engine,
     promptTokens: s.promptTokens > 0 ? Math.max(256, Math.round(s.promptTokens)) : 'auto',
+    coldPromptTokens: s.coldPromptTokens > 0 ? Math.max(128, Math.round(s.coldPromptTokens)) : 'auto',
   };
   if (s.remoteModel) sent.remoteModel = s.remoteModel; // empty: the server asks the engine's /v1/models
   return sent;

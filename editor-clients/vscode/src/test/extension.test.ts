@@ -78,7 +78,7 @@ test('the server answers workspace/configuration with server settings only', asy
   const client = await activated();
   const answer = client.clientOptions.middleware.workspace.configuration(
     { items: [{ section: 'codecue' }] }, token, () => assert.fail('should not ask VS Code'));
-  assert.deepEqual(Object.keys(answer[0]).sort(), ['debounceMs', 'drafter', 'enabledLanguages', 'engine', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'promptTokens']);
+  assert.deepEqual(Object.keys(answer[0]).sort(), ['coldPromptTokens', 'debounceMs', 'drafter', 'enabledLanguages', 'engine', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'promptTokens']);
 });
 
 test('progress from the server shows in the status bar, and again after a crash and restart', async () => {

@@ -55,7 +55,7 @@ test('every setting in package.json has the default readSettings falls back to',
   }
 });
 
-test('drafter, middleFrom, nextLine, promptTokens and engine reach the server; remoteModel only when set', () => {
+test('drafter, middleFrom, nextLine, promptTokens, coldPromptTokens and engine reach the server; remoteModel only when set', () => {
   const base = serverSettings(readSettings(reader({})));
   assert.equal(base.drafter, 'auto');
   assert.equal(base.middleFrom, 'line');
@@ -65,6 +65,9 @@ test('drafter, middleFrom, nextLine, promptTokens and engine reach the server; r
   assert.equal(base.promptTokens, 'auto');
   assert.equal(serverSettings(readSettings(reader({ promptTokens: 768 }))).promptTokens, 768);
   assert.equal(serverSettings(readSettings(reader({ promptTokens: 100 }))).promptTokens, 256); // the server's least
+  assert.equal(base.coldPromptTokens, 'auto');
+  assert.equal(serverSettings(readSettings(reader({ coldPromptTokens: 640 }))).coldPromptTokens, 640);
+  assert.equal(serverSettings(readSettings(reader({ coldPromptTokens: 50 }))).coldPromptTokens, 128);
   assert.equal(base.engine, 'local');
   assert.ok(!('remoteModel' in base));
   const remote = serverSettings(readSettings(reader({
@@ -91,5 +94,5 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({ engine: 'http://127.0.0.1:8080/v1' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ remoteModel: 'other' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ maxTokens: 16, debounceMs: 0, enable: false }))), false);
-  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false, promptTokens: 512 }))), false);
+  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false, promptTokens: 512, coldPromptTokens: 256 }))), false);
 });
