@@ -88,11 +88,12 @@ class Completer:
                 other_docs: Sequence[OpenDocument] = ()) -> Prepared:
         """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
         cache (scheduler.PromptWorker), never on the event loop. A layout chosen afresh is chosen at the cold
-        start's size (nothing of it is cached: it all costs prefill first); growth.py makes the full one ready."""
+        start's size (nothing of it is cached: it all costs prefill first), unless the full-size one fits that anyway
+        (a small file); growth.py makes the full one ready."""
         total = self.prompt_tokens(settings)
         built = self._build(doc, line, character_utf16, settings, other_docs, total, self.layouts.get(doc.uri))
         cold = self.cold_prompt_tokens(settings)
-        if not built.kept and cold < total:
+        if not built.kept and cold < total and len(self.engine.encode_prompt(built.pieces)) > cold:
             built = self._build(doc, line, character_utf16, settings, other_docs, cold, None)
         if not built.kept:
             logger.debug("%s: a layout chosen afresh at line %d, %d of %d tokens", doc.uri, line,

@@ -294,6 +294,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
+        ls.pending_growth = None  # a background task ending now must not start another one
         ls.scheduler.cancel_all()
         ls.workspace_sync.shutdown()
         ls.prompt_worker.shutdown()

@@ -6,6 +6,7 @@ import pytest
 
 from codecue_lsp.completer import Completer, growth_tokens
 from codecue_lsp.config import Settings
+from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.sizing import SMALLEST_COLD_TOTAL, cold_total, cold_total_for_prefill_rate
 from engine import CancelToken, CompletionRequest
 from engine_helpers import tiny_engine
@@ -82,6 +83,18 @@ def test_a_fresh_layout_starts_at_the_cold_size(rate, cold, grows):
         second = completer.prepare(doc, line, character + 1, settings)
         assert second.built.kept and second.grows is grows
         assert (completer.prepare_growth(doc, line, character + 1, settings) is None) is not grows
+    finally:
+        engine.close()
+
+
+def test_a_document_whose_whole_prompt_fits_the_cold_size_has_nothing_to_grow():
+    engine = measured_engine(50.0)
+    try:
+        completer, settings = Completer(engine), Settings()
+        doc = OpenDocument("file:///short.py", "python", "import os\n\n\ndef f(value):\n    return value\n\n\nx = ")
+        prepared = completer.prepare(doc, 7, 4, settings)
+        assert not prepared.grows and prepared.built.layout.total == completer.prompt_tokens(settings) == 1024
+        assert completer.prepare_growth(doc, 7, 4, settings) is None
     finally:
         engine.close()
 
