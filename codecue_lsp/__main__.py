@@ -160,12 +160,12 @@ def main(argv=None) -> int:
         print(f"codecue-lsp {server_version()}")
         return 0
     settings_in = cli_settings(args)
+    from .config import parse_setting
+
     for flag, key in (("--prompt-tokens", "prompt_tokens"), ("--cold-prompt-tokens", "cold_prompt_tokens")):
         value = getattr(args, key)
         if value is None:
             continue
-        from .config import parse_setting
-
         try:
             parse_setting(key, value)
         except (TypeError, ValueError) as exc:

@@ -92,14 +92,16 @@ class Completer:
         (a small file); growth.py makes the full one ready."""
         total = self.prompt_tokens(settings)
         built = self._build(doc, line, character_utf16, settings, other_docs, total, self.layouts.get(doc.uri))
+        encoded = encode_built(self.engine, built)
         cold = self.cold_prompt_tokens(settings)
-        if not built.kept and cold < total and len(self.engine.encode_prompt(built.pieces)) > cold:
+        if not built.kept and cold < total and len(encoded[0]) + bool(encoded[1]) > cold:
             built = self._build(doc, line, character_utf16, settings, other_docs, cold, None)
+            encoded = encode_built(self.engine, built)
         if not built.kept:
             logger.debug("%s: a layout chosen afresh at line %d, %d of %d tokens", doc.uri, line,
-                         built.layout.total if built.layout else total, total)
+                         built.layout.total, total)
         self.layouts.remember(built.layout)
-        return self._prepared(built, settings, doc.uri, total)
+        return self._prepared(built, settings, doc.uri, total, encoded)
 
     def prepare_growth(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
                        other_docs: Sequence[OpenDocument] = ()) -> Prepared | None:
@@ -110,7 +112,7 @@ class Completer:
             return None
         built = self._build(doc, line, character_utf16, settings, other_docs, total, self.growing.get(doc.uri))
         self.growing.remember(built.layout)
-        return self._prepared(built, settings, doc.uri, total)
+        return self._prepared(built, settings, doc.uri, total, encode_built(self.engine, built))
 
     def grow(self, prepared: Prepared, token: CancelToken):
         """Prefill a growth prompt into the engine's spare cache for its document: what a request's prefill computes,
@@ -133,8 +135,8 @@ class Completer:
                             other_docs=other_docs, budget=budget_for(total), syntax=self.syntax,
                             middle_from=settings.middle_from, previous=previous, middle_lines=settings.middle_lines)
 
-    def _prepared(self, built, settings: Settings, session: str, total: int) -> Prepared:
-        ids, heal = encode_built(self.engine, built)
+    def _prepared(self, built, settings: Settings, session: str, total: int, encoded) -> Prepared:
+        ids, heal = encoded  # encode_built(self.engine, built)
         request = CompletionRequest(
             prompt_ids=ids,
             heal=heal,

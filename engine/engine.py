@@ -208,7 +208,7 @@ class Engine:
             except BaseException:
                 self.spare = None
                 raise
-            return common_prefix_length(cache.ids, ids)
+            return len(cache.ids)  # a prefix of ids: extend_to keeps what it shares and stops only between chunks
 
     def take_spare(self, session: str) -> Future:
         """From now on `session`'s target cache is its spare (its completion history and acceptance stay): the
@@ -219,11 +219,7 @@ class Engine:
                 if self.spare is None or self.spare[0] != session:
                     return False
                 cache, self.spare = self.spare[1], None
-                if session in self.sessions:
-                    self.sessions[session].target = cache
-                    self.sessions.move_to_end(session)
-                else:
-                    self._session(session).target = cache
+                self._session(session).target = cache  # the session's own (made anew if it was evicted)
                 return True
         return self._worker.submit(take)
 

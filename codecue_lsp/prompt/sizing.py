@@ -43,8 +43,11 @@ def total_for_prefill_rate(tokens_per_s: float | None) -> int:
     between SMALLEST_AUTO_TOTAL and DEFAULT_TOTAL; the default where the rate was not measured."""
     if not tokens_per_s or tokens_per_s <= 0:
         return DEFAULT_TOTAL
-    fits = int(tokens_per_s * COLD_PROMPT_SECONDS) // STEP * STEP
-    return max(SMALLEST_AUTO_TOTAL, min(DEFAULT_TOTAL, fits))
+    return max(SMALLEST_AUTO_TOTAL, min(DEFAULT_TOTAL, _prefilled_in_cold_seconds(tokens_per_s)))
+
+
+def _prefilled_in_cold_seconds(tokens_per_s: float) -> int:
+    return int(tokens_per_s * COLD_PROMPT_SECONDS) // STEP * STEP
 
 
 def prompt_total(setting: int | str, auto_total: int) -> int:
@@ -57,7 +60,7 @@ def cold_total_for_prefill_rate(tokens_per_s: float | None) -> int | None:
     steps of STEP tokens, at least SMALLEST_COLD_TOTAL; None (no smaller start) where the rate was not measured."""
     if not tokens_per_s or tokens_per_s <= 0:
         return None
-    return max(SMALLEST_COLD_TOTAL, int(tokens_per_s * COLD_PROMPT_SECONDS) // STEP * STEP)
+    return max(SMALLEST_COLD_TOTAL, _prefilled_in_cold_seconds(tokens_per_s))
 
 
 def cold_total(setting: int | str, total: int, auto_cold: int | None) -> int:
