@@ -36,6 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--next-line", choices=("on", "off"),
                         help="after a suggestion that ends its line, write the next line in the background, ready "
                              "when the suggestion is taken or Enter pressed (default on; local engine only)")
+    parser.add_argument("--prepare-at-cursor", choices=("on", "off"),
+                        help="where the cursor rests after a move that was not typing (the editor clients say so), "
+                             "prefill the prompt a keystroke there would get, while you read (default on; local "
+                             "engine only)")
     parser.add_argument("--prompt-tokens", metavar="N|auto",
                         help="most tokens in a prompt (default auto: what this machine prefills in ~12 s, 1024..1536; "
                              "remote engines 1536); a prompt the engine has not seen costs all of them first")
@@ -64,7 +68,7 @@ def cli_settings(args: argparse.Namespace) -> dict:
         "pair": args.pair, "device": args.device, "dtype": args.dtype, "max_tokens": args.max_tokens,
         "debounce_ms": args.debounce_ms, "drafter": args.drafter, "middle_from": args.middle_from,
         "middle_lines": args.middle_lines, "next_line": args.next_line, "prompt_tokens": args.prompt_tokens,
-        "cold_prompt_tokens": args.cold_prompt_tokens,
+        "cold_prompt_tokens": args.cold_prompt_tokens, "prepare_at_cursor": args.prepare_at_cursor,
         "enabled_languages": args.languages,
         "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
         "remote_model": args.remote_model,

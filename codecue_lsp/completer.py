@@ -45,8 +45,8 @@ def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
     return len(ids) if engine.special_token_id(engine.fim.middle) in ids else 0
 
 
-def growth_tokens(prepared) -> int:
-    """How many of a growth prompt's tokens make it ready: all but the last, which a request runs itself."""
+def ready_tokens(prepared) -> int:
+    """How many of a prompt's tokens make it ready (grown or warmed): all but the last, which a request runs itself."""
     return len(prepared.request.prompt_ids) - 1
 
 
@@ -116,10 +116,17 @@ class Completer:
 
     def grow(self, prepared: Prepared, token: CancelToken):
         """Prefill a growth prompt into the engine's spare cache for its document: what a request's prefill computes,
-        all but the last token (`growth_tokens`). A future of how many of them the spare holds (a cancel keeps the
+        all but the last token (`ready_tokens`). A future of how many of them the spare holds (a cancel keeps the
         chunks done, for the next try)."""
-        ids = list(prepared.request.prompt_ids[:growth_tokens(prepared)])
+        ids = list(prepared.request.prompt_ids[:ready_tokens(prepared)])
         return self.engine.prefill_spare(prepared.request.session, ids, token)
+
+    def prefill(self, prepared: Prepared, token: CancelToken):
+        """Prefill a prompt into its document's own session before anyone asks for it (warmup.py): all but the last
+        token (`ready_tokens`). A future of how many of them the session holds (a cancel keeps the chunks done)."""
+        request = prepared.request
+        ids = list(request.prompt_ids[:ready_tokens(prepared)])
+        return self.engine.prefill(request.session, ids, token, shared=request.shared_prefix)
 
     def take_growth(self, prepared: Prepared) -> None:
         """The grown layout is the document's from now on, and so is the spare cache that holds it: the next

@@ -40,6 +40,9 @@ class Settings:
     next_line: bool = True
     # Most tokens in a prompt: "auto" (the local engine: what this machine prefills in ~12 s, measured by the
     # calibration, 1024..1536; prompt/sizing.py) or a number. A prompt not seen before costs all of them first.
+    # Where the cursor rests after a move that was not typing (the clients send codecue/didMoveCursor), prefill the
+    # prompt a keystroke there would get while the user reads (warmup.py). Local engine only.
+    prepare_at_cursor: bool = True
     prompt_tokens: int | str = "auto"
     # A prompt nothing is cached for (a file just opened, a jump elsewhere) starts this small, and the full one is
     # prefilled while the user pauses, then taken over (growth.py): "auto" (what this machine prefills in ~12 s, at
@@ -189,6 +192,7 @@ _PARSERS = {
     "middle_from": _one_of(("line", "cursor")),
     "middle_lines": _int_in(1, 200),
     "next_line": _flag,
+    "prepare_at_cursor": _flag,
     "prompt_tokens": _prompt_tokens,
     "cold_prompt_tokens": _cold_prompt_tokens,
     "enabled_languages": _languages,

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from .completer import growth_tokens
+from .completer import ready_tokens
 from .scheduler import await_engine, run_background
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ async def _grow(ls, plan: GrowthPlan, ticket) -> None:
     if not ticket.live:
         return
     held = await await_engine(completer.grow(prepared, ticket.token), ticket.token)
-    if not ticket.live or held < growth_tokens(prepared):
+    if not ticket.live or held < ready_tokens(prepared):
         return
     await ls.prompt_worker.call(completer.take_growth, prepared)
     if ls.pending_growth is plan:

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from lsprotocol import types as lsp
 
 from .config import MAX_DOCUMENT_CHARS
-from .growth import plan_growth, start_growth
+from .growth import plan_growth
 from .positions import count_units, cursor_at, item_edit, utf16_units
 from .scheduler import await_engine, debounce, run_background
+from .warmup import start_idle_work
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
         if plan is not None:
             start_next_line(ls, plan)
         if answered:  # not after a cancelled request: the keystroke that cancelled it is one request away
-            start_growth(ls)  # when nothing else runs: the next line goes first
+            start_idle_work(ls)  # when nothing else runs: the next line goes first
 
 
 def _ends_its_line(prepared, result) -> bool:
@@ -188,11 +189,11 @@ def start_next_line(ls, plan: NextLine) -> None:
         return
     if ls.typethrough.lookup_next(plan.uri, plan.end, "") is not None:
         return  # written already
-    if (ticket := ls.scheduler.begin_background(plan.uri, plan.version, plan.text)) is None:
+    if (ticket := ls.scheduler.begin_background(plan.uri, plan.version, ("next_line", plan.text))) is None:
         return  # a request is in flight (it goes first), or this line is being written
     ls.telemetry.count("next_line_started")
     task = run_background(ls, ticket, _write_next_line(ls, plan, ticket), f"writing the next line of {plan.uri}",
-                          then=lambda: start_growth(ls))
+                          then=lambda: start_idle_work(ls))
     ls.next_line_writer = (plan, task)
 
 

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from lsprotocol import types as lsp
 
 from .config import Settings
+from .warmup import start_idle_work
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ async def load_models(ls) -> None:
     logger.info("model pair %s ready (engine %s)", settings.pair, settings.engine)
     for uri in list(ls.workspace.text_documents):
         ls.sync_workspace(uri)
+    start_idle_work(ls)  # a cursor that came to rest while the pair loaded
     if progress:
         ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
         ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))

@@ -72,6 +72,12 @@ class Scheduler:
         self._background_key = key
         return self.background
 
+    @property
+    def background_kind(self) -> str | None:
+        """What the running background work is: its key's first item ("next_line", "growth", "warmup"), or None."""
+        key = self._background_key if self.background is not None else None
+        return key[0] if isinstance(key, tuple) and key else None
+
     def stop_background(self, uri: str | None = None) -> None:
         """Stop the background work (only if it is `uri`'s, when given): a request needs the engine."""
         work = self.background

@@ -19,7 +19,7 @@ from urllib.parse import unquote
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
-from . import inline
+from . import inline, warmup
 from .config import CONFIG_SECTION, MAX_DOCUMENT_CHARS, Settings, configure_logging, quiet_pygls, restart_needed
 from .documents import use_lsp_lines
 from .loading import load_models
@@ -65,6 +65,7 @@ class CodeCueServer(LanguageServer):
         self.background_tasks: set = set()  # next-line writers and growths in flight (held so they are not collected)
         self.next_line_writer = None  # (plan, task) of the last next-line writer started (inline.py)
         self.pending_growth = None  # growth.GrowthPlan: the full-size prompt to make ready when nothing else runs
+        self.resting_cursor = None  # warmup.RestingCursor: where to make the prompt ready when the engine is free
         self.telemetry = Telemetry()
         self.completer = None  # set once the model pair is loaded
         self.load_error: str | None = None
@@ -147,6 +148,8 @@ class CodeCueServer(LanguageServer):
             self.next_line_writer = None
         if self.pending_growth is not None and self.pending_growth.uri == uri:
             self.pending_growth = None
+        if self.resting_cursor is not None and self.resting_cursor.uri == uri:
+            self.resting_cursor = None
         self.sync_workspace(uri, closed=True)
         if self.syntax is not None:
             self.prompt_worker.forget(uri)
@@ -271,6 +274,10 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     def on_rejected(ls: CodeCueServer, params) -> None:
         ls.telemetry.on_rejected(event_params(params))
 
+    @server.feature(warmup.METHOD)
+    def on_cursor_moved(ls: CodeCueServer, params) -> None:
+        warmup.cursor_moved(ls, params)
+
     @server.command("codecue.stats")
     def stats(ls: CodeCueServer, *args) -> dict:
         out = ls.telemetry.snapshot()
@@ -294,7 +301,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
-        ls.pending_growth = None  # a background task ending now must not start another one
+        ls.pending_growth = ls.resting_cursor = None  # a background task ending now must not start another one
         ls.scheduler.cancel_all()
         ls.workspace_sync.shutdown()
         ls.prompt_worker.shutdown()

@@ -16,7 +16,9 @@ COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale"
             # the line after a taken suggestion, written in the background (inline.py): started, written, answered
             "next_line_started", "next_line_ready", "next_line_hits",
             # a cold start's full-size prompt made ready in the background (growth.py): started, taken over
-            "growth_started", "growth_taken")
+            "growth_started", "growth_taken",
+            # the prompt where the cursor rests, made ready before a keystroke there (warmup.py): started, ready
+            "warmup_started", "warmup_ready")
 
 
 @dataclass

@@ -188,6 +188,29 @@ class Engine:
             return result
 
     # --- a prompt made ready in the background ---------------------------------------------------------------------
+    def prefill(self, session: str, prompt_ids, cancel_token: CancelToken | None = None, shared: int = 0) -> Future:
+        """Prefill prompt_ids into `session`'s own target cache, as a request for them would first (its cached prefix
+        kept, the rest computed in chunks; a cancel keeps the chunks done): the server makes the prompt where the
+        user's cursor rests ready before a keystroke asks for it (codecue_lsp/warmup.py). As in a request, a pass
+        within the first `shared` tokens ends when cancelled, unless the next request does not share it
+        (CompletionRequest.shared_prefix). Resolves to how many of prompt_ids the cache holds."""
+        self.shared_passes.arriving(session, prompt_ids)  # as a request does: a pass these ids do not share stops
+        return self._worker.submit(self._prefill, session, list(prompt_ids), cancel_token or CancelToken(), shared)
+
+    def _prefill(self, key: str, ids: list[int], token: CancelToken, shared: int) -> int:
+        with self._lock, self._working(), torch.inference_mode():
+            cache = self._session(key).target
+            self._set_phase("prefill")
+            try:
+                cache.extend_to(ids, cancelled=token.is_set, shared=shared,
+                                finishing=self.shared_passes.finishing_for(key, ids, token))
+            except BaseException:
+                self.sessions.pop(key, None)  # never reuse a cache a failure may have left half-written
+                raise
+            finally:
+                self.shared_passes.done()
+            return len(cache.ids)
+
     def prefill_spare(self, session: str, prompt_ids, cancel_token: CancelToken | None = None) -> Future:
         """Prefill prompt_ids into a spare target cache for `session`, leaving the session's own caches as they are:
         the server makes a larger prompt ready there while the user pauses (codecue_lsp/growth.py), and keystrokes

@@ -15,7 +15,7 @@ from lsprotocol import types
 from codecue_lsp.replay import client as lsp
 from codecue_lsp.replay.proxy import Recorder, add_truths, minimal_change
 from codecue_lsp.replay.runner import ServerConfig, run_trace
-from codecue_lsp.replay.trace import Document, read_trace, replay_documents
+from codecue_lsp.replay.trace import CURSOR_METHOD, Document, read_trace, replay_documents
 
 REPO = Path(__file__).resolve().parents[1]
 URI = "file:///work/session.py"
@@ -81,6 +81,8 @@ async def scripted_session(proxy_command: list[str], stderr: Path) -> str:
 
     client.text_document_did_open(types.DidOpenTextDocumentParams(
         types.TextDocumentItem(uri=URI, language_id="python", version=1, text="def f():\n    ")))
+    client.protocol.notify(CURSOR_METHOD, {"textDocument": {"uri": URI, "version": 1},
+                                           "position": {"line": 1, "character": 4}})  # it rests there
     change(2, "re", at(1, 4))
     first = ask(1, 6, "a")
     await asyncio.sleep(0.05)
@@ -96,7 +98,8 @@ async def scripted_session(proxy_command: list[str], stderr: Path) -> str:
 
 
 def requests_seen(log: Path) -> tuple[list, int]:
-    """(uri, position, document text) for every inlineCompletion the server received, and how many cancels."""
+    """(uri, position, document text) for every inlineCompletion and resting cursor the server received, and how
+    many cancels."""
     docs, seen, cancels = {}, [], 0
     for line in log.read_text().splitlines():
         message = json.loads(line)
@@ -112,6 +115,10 @@ def requests_seen(log: Path) -> tuple[list, int]:
         elif method == "textDocument/inlineCompletion":
             uri = params["textDocument"]["uri"]
             seen.append((uri, params["position"]["line"], params["position"]["character"], docs[uri].text))
+        elif method == CURSOR_METHOD:
+            uri = params["textDocument"]["uri"]
+            seen.append(("cursor", uri, params["position"]["line"], params["position"]["character"],
+                         params["textDocument"]["version"]))
         elif method == "$/cancelRequest":
             cancels += 1
     return seen, cancels
@@ -128,7 +135,7 @@ def test_recorded_session_replays_to_the_same_requests(tmp_path):
     events = read_trace(trace)
     assert events[0]["type"] == "meta" and events[0]["source"] == "record"
     assert [e["type"] for e in events if e["type"] != "truth"][1:] == \
-        ["open", "change", "request", "cancel", "change", "request", "change", "request"]
+        ["open", "cursor", "change", "request", "cancel", "change", "request", "change", "request"]
     assert replay_documents(events)[URI] == "def f():\n    return 1\n"
     full_change = [e for e in events if e["type"] == "change"][-1]
     assert full_change["range"] == [1, 7, 1, 7] and full_change["text"] == "urn 1\n"  # the edit it made
@@ -138,7 +145,7 @@ def test_recorded_session_replays_to_the_same_requests(tmp_path):
     result = run_trace(events, ServerConfig("replay", [*server, "--log", str(replay_log)]), speed=1.0)
     live, replayed = requests_seen(live_log), requests_seen(replay_log)
     assert replayed == live
-    assert live[1] == 1
+    assert live[1] == 1 and live[0][0] == ("cursor", URI, 1, 4, 1)
     assert [r.outcome for r in result.records] == ["cancelled", "answered", "answered"]
     assert result.records[1].exact_match and result.records[1].chars_saved == len("urn 1")
 

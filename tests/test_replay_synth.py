@@ -74,6 +74,30 @@ def test_read_first_delays_the_first_keystroke_only():
     assert shifts == {20.0}  # every later event 20 s later, the rhythm unchanged
 
 
+@pytest.mark.parametrize("at_open, first_events", [
+    ("request", ["open", "truth", "request", "change"]),  # the first traces' assumption
+    ("cursor", ["open", "cursor", "change"]),             # what the editor clients send: the resting cursor
+    ("none", ["open", "change"]),
+])
+def test_what_the_editor_sends_at_open(at_open, first_events, tmp_path):
+    source = synth.file_source(PROJECT_FILE, start_fraction=0.5)
+    plain = synth.synth_typing([source], seed=2, max_keystrokes=12, keep_suffix=True, read_first=5.0)
+    events = synth.synth_typing([source], seed=2, max_keystrokes=12, keep_suffix=True, read_first=5.0,
+                                at_open=at_open)
+    assert [e["type"] for e in events[:len(first_events)]] == first_events
+    def from_first_keystroke(trace):
+        return trace[next(i for i, e in enumerate(trace) if e["type"] == "change"):]
+    assert from_first_keystroke(events) == from_first_keystroke(plain)  # then the same typing
+    if at_open == "cursor":
+        cursor, asked = events[1], next(e for e in plain if e["type"] == "request")
+        assert (cursor["t"], cursor["line"], cursor["character"]) == (asked["t"], asked["line"], asked["character"])
+        assert events[2]["t"] - cursor["t"] > 5.0  # the user reads after the cursor came to rest
+    out = tmp_path / "t.jsonl"
+    args = ["synth", str(PROJECT_FILE), "--start-fraction", "0.5", "--keep-suffix", "--max-keystrokes", "12",
+            "--seed", "2", "--read-first", "5", "--at-open", at_open, "--out", str(out)]
+    assert replay_main(args) == 0 and read_trace(out) == events
+
+
 @pytest.mark.parametrize("pauses, shifts_by_request", [
     ([(3, 30.0)], {0: 0, 3: 0, 4: 30.0, 9: 30.0}),               # after request 3: the 4th on is later
     ([(2, 5.0), (6, 10.0)], {2: 0, 3: 5.0, 6: 5.0, 7: 15.0}),     # pauses add up

@@ -52,7 +52,7 @@ def cmd_synth(args) -> int:
                                       args.switch_every, args.seed, args.wpm)
     else:
         events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix,
-                                    args.read_first)
+                                    args.read_first, args.at_open)
     events = synth.with_pauses(events, [synth.parse_pause(p) for p in args.pause_after or []])
     write_trace(args.out, events)
     requests = sum(1 for e in events if e["type"] == "request")
@@ -158,7 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-suffix", action="store_true",
                    help="the text after the typed region is in the document too (editing inside a file)")
     p.add_argument("--read-first", type=float, default=0.0, metavar="S",
-                   help="seconds between opening a file (its first request) and the first keystroke")
+                   help="seconds between opening a file and the first keystroke")
+    p.add_argument("--at-open", choices=synth.AT_OPEN, default="request",
+                   help="what the editor sends 0.3 s after opening a file: a completion request there (default), "
+                        "the resting cursor (codecue/didMoveCursor, as the editor clients do), or nothing")
     p.add_argument("--pause-after", action="append", metavar="N:S",
                    help="the user stops for S seconds after request N (from 0), e.g. 100:30; repeatable")
     p.add_argument("--humaneval", help="HumanEval problems (e.g. 0,3,10-12): prompt open, solution typed")

@@ -22,6 +22,17 @@ from pygls.lsp.server import LanguageServer
 from .trace import utf16_to_index
 
 
+def plain(value):
+    """Nested namedtuples as JSON objects."""
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str | None,
                 leak_kb: int = 0) -> LanguageServer:
     server = LanguageServer("codecue-fake", "0.1")
@@ -37,6 +48,8 @@ def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str 
             # Received message as plain JSON, for tests that compare what two sessions sent.
             raw = server.protocol._converter.unstructure(message) if hasattr(message, "__attrs_attrs__") \
                 else dict(message)
+            if hasattr(getattr(message, "params", None), "_asdict"):  # a custom method's: nested namedtuples
+                raw["params"] = plain(message.params)
             log_file.write(json.dumps(raw, sort_keys=True) + "\n")
             log_file.flush()
             return handle(message)

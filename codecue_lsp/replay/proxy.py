@@ -17,7 +17,7 @@ import time
 from typing import BinaryIO
 
 from .synth import truth_text
-from .trace import Document, common_prefix_length, write_trace
+from .trace import CURSOR_METHOD, Document, common_prefix_length, write_trace
 
 
 class FrameReader:
@@ -134,6 +134,10 @@ class Recorder:
             position = params["position"]
             self.emit({"t": self.now(), "type": "request", "uri": params["textDocument"]["uri"],
                        "line": position["line"], "character": position["character"], "id": message["id"]})
+        elif method == CURSOR_METHOD:
+            position = params["position"]
+            self.emit({"t": self.now(), "type": "cursor", "uri": params["textDocument"]["uri"],
+                       "line": position["line"], "character": position["character"]})
         elif method == "$/cancelRequest" and params.get("id") in self.completion_ids:
             self.emit({"t": self.now(), "type": "cancel", "id": params["id"]})
 

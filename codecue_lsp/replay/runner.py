@@ -22,7 +22,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from . import client as lsp
-from .trace import Document, common_prefix_length, first_line, utf16_to_index
+from .trace import CURSOR_METHOD, Document, common_prefix_length, first_line, utf16_to_index
 
 CANCELLED_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
 
@@ -242,6 +242,13 @@ class Replay:
         self.docs.pop(uri, None)
         self.versions.pop(uri, None)
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+
+    async def on_cursor(self, event: dict) -> None:
+        self.mark_keystroke()  # a move hides a suggestion shown, as a keystroke does
+        uri = event["uri"]
+        self.client.protocol.notify(CURSOR_METHOD, {
+            "textDocument": {"uri": uri, "version": self.versions.get(uri)},
+            "position": {"line": event["line"], "character": event["character"]}})
 
     async def on_truth(self, event: dict) -> None:
         self.truths[(event["uri"], event["line"], event["character"])] = event["text"]

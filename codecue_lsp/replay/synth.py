@@ -124,10 +124,16 @@ def typed_end(text: str, start: int, end: int, keystrokes: int) -> int:
     return offset
 
 
+AT_OPEN = ("request", "cursor", "none")
+
+
 def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budget: int | None,
-                keep_suffix: bool, read_first: float = 0.0) -> tuple[list[dict], float, int]:
+                keep_suffix: bool, read_first: float = 0.0, at_open: str = "request") -> tuple[list[dict], float, int]:
     """Events typing one source from `t0`; returns (events, end time, keystrokes used). read_first: seconds
-    between opening the file (and its first request) and the first keystroke, as a user reads before typing."""
+    between opening the file and the first keystroke, as a user reads before typing. at_open: what the editor sends
+    0.3 s after opening, at the typing position: a completion request (as the first traces assumed), the resting
+    cursor (codecue/didMoveCursor: what the clients send; editors ask for completions only as the user types),
+    or nothing."""
     text = source.text
     end = len(text) if source.end is None else source.end
     start = leading_whitespace(text, source.start) if (source.start == 0 or text[source.start - 1] == "\n") \
@@ -151,7 +157,10 @@ def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budge
         events.append({"t": round(t, 3), "type": "request", "uri": uri, "line": line, "character": character})
 
     offset, previous, keystrokes = start, "\n", 0
-    request_here()
+    if at_open == "request":
+        request_here()
+    elif at_open == "cursor":
+        events.append({"t": round(t, 3), "type": "cursor", "uri": uri, "line": line, "character": character})
     t += read_first
     while offset < end and (budget is None or keystrokes < budget):
         char = text[offset]
@@ -172,7 +181,7 @@ def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budge
 
 
 def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max_keystrokes: int | None = None,
-                 keep_suffix: bool = False, read_first: float = 0.0) -> list[dict]:
+                 keep_suffix: bool = False, read_first: float = 0.0, at_open: str = "request") -> list[dict]:
     rng = random.Random(seed)
     low, high = parse_wpm(wpm)
     events: list[dict] = []
@@ -180,7 +189,8 @@ def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max
     for source in sources:
         if remaining is not None and remaining <= 0:
             break
-        typed, t, used = type_source(source, rng, rng.uniform(low, high), t, remaining, keep_suffix, read_first)
+        typed, t, used = type_source(source, rng, rng.uniform(low, high), t, remaining, keep_suffix, read_first,
+                                     at_open)
         events += typed
         t += 2.0  # switching files
         if remaining is not None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-EVENT_TYPES = {"meta", "open", "change", "close", "request", "truth", "cancel"}
+# cursor: the editor said the cursor rests there after a move that was not typing (codecue/didMoveCursor)
+CURSOR_METHOD = "codecue/didMoveCursor"  # the notification a cursor event stands for (codecue_lsp/warmup.py)
+EVENT_TYPES = {"meta", "open", "change", "close", "request", "truth", "cancel", "cursor"}
 
 
 class TraceError(ValueError):

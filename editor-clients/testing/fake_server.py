@@ -3,6 +3,7 @@
 It speaks the same protocol as `codecue-lsp` (inlineCompletion, the codecue/* notifications, `codecue.stats`)
 but always suggests FAKE_COMPLETION (default `print("hello")`) after an optional FAKE_DELAY_MS, so client tests can
 assert exact text. The real server is used by the end-to-end tests; this one keeps the client logic tests exact.
+`codecue.stats` also lists the codecue/didMoveCursor params it got (`cursor_moves`).
 
     python fake_server.py            # stdio (a trailing --stdio is accepted, as clients append it)
 """
@@ -16,6 +17,7 @@ from pygls.lsp.server import LanguageServer
 
 server = LanguageServer("codecue-fake", "0")
 counters = {"requests": 0, "cancelled": 0, "shown": 0, "accepted": 0, "rejected": 0, "accepted_chars": 0}
+cursor_moves: list[dict] = []  # codecue/didMoveCursor params as received, for the clients' tests to check
 
 
 def completion_text() -> str:
@@ -55,9 +57,16 @@ def did_reject(ls, params):
     counters["rejected"] += 1
 
 
+@server.feature("codecue/didMoveCursor")
+def did_move_cursor(ls, params):
+    document, position = params.textDocument, params.position
+    cursor_moves.append({"uri": document.uri, "version": getattr(document, "version", None),
+                         "line": position.line, "character": position.character})
+
+
 @server.command("codecue.stats")
 def stats(ls, *args):
-    return dict(counters)
+    return {**counters, "cursor_moves": list(cursor_moves)}
 
 
 if __name__ == "__main__":

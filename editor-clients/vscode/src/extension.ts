@@ -1,10 +1,11 @@
 // CodeCue for VS Code: starts codecue-lsp over stdio; vscode-languageclient's inline completion feature shows
-// its suggestions as ghost text. This file only wires things: settings.ts, server-path.ts, status.ts and
-// telemetry.ts hold the rules.
+// its suggestions as ghost text. This file only wires things: settings.ts, server-path.ts, status.ts,
+// telemetry.ts and cursor-rest.ts hold the rules.
 import { homedir } from 'node:os';
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
 
+import { CursorRest, EditorState, METHOD as MOVE_CURSOR } from './cursor-rest';
 import { expandPath, Places, resolveServer } from './server-path';
 import { documentSelector, needsRestart, readSettings, serverSettings, Settings } from './settings';
 import { Status } from './status';
@@ -17,6 +18,15 @@ let statusItem: vscode.StatusBarItem;
 const status = new Status();
 const tracker = new Tracker((method, params) => {
   client?.sendNotification(method, params).catch(() => undefined); // a stopped server just misses the count
+});
+const cursorRest = new CursorRest({
+  active: () => editorState(vscode.window.activeTextEditor),
+  switches: () => ({
+    enable: settings.enable, prepareAtCursor: settings.prepareAtCursor, running: client?.isRunning() ?? false,
+  }),
+  send: (params) => {
+    client?.sendNotification(MOVE_CURSOR, params).catch(() => undefined); // a stopped server just misses the hint
+  },
 });
 
 function currentSettings(): Settings {
@@ -88,6 +98,28 @@ async function acceptPart(kind: 'word' | 'line'): Promise<void> {
   tracker.partlyAccepted(place, to.isAfter(from) ? editor.document.getText(new vscode.Range(from, to)) : '');
 }
 
+/** A document's uri as the client converts it for didOpen, so the server finds the document it has. */
+function protocolUri(document: vscode.TextDocument): string {
+  return client?.code2ProtocolConverter.asUri(document.uri) ?? document.uri.toString();
+}
+
+/** An editor as cursor-rest.ts sees it. */
+function editorState(editor: vscode.TextEditor | undefined): EditorState | undefined {
+  if (!editor) {
+    return undefined;
+  }
+  const { document, selection } = editor;
+  return {
+    uri: protocolUri(document),
+    version: document.version,
+    line: selection.active.line,
+    character: selection.active.character,
+    cursors: editor.selections.length,
+    empty: selection.isEmpty,
+    served: wanted(document),
+  };
+}
+
 function places(): Places {
   return { home: homedir(), workspaceFolder: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath };
 }
@@ -157,6 +189,8 @@ async function startClient(): Promise<void> {
       status.starting();
     } else if (e.newState === State.Running) {
       status.running();
+      // The file that started the server (or all open ones after a crash) has nothing prepared yet.
+      cursorRest.focused(editorState(vscode.window.activeTextEditor));
     } else {
       status.stopped();
     }
@@ -170,6 +204,7 @@ async function startClient(): Promise<void> {
 }
 
 async function restartClient(): Promise<void> {
+  cursorRest.cancel();
   const old = client;
   client = undefined;
   await old?.stop().catch(() => undefined);
@@ -209,6 +244,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       () => vscode.commands.executeCommand('editor.action.inlineSuggest.trigger')),
     vscode.commands.registerCommand('codecue.restartServer', () => restartClient()),
     vscode.workspace.onDidOpenTextDocument(() => startWhenWanted()),
+    // Opening a file and switching to another editor change the active editor; clicks, arrow keys and jumps in
+    // it change its selection, as typing does (told apart by the document's version, cursor-rest.ts).
+    vscode.window.onDidChangeActiveTextEditor((editor) => cursorRest.focused(editorState(editor))),
+    vscode.window.onDidChangeTextEditorSelection((e) => {
+      // Only the user's cursor: not that of another split, shifted by an edit in this one.
+      if (e.textEditor === vscode.window.activeTextEditor) {
+        cursorRest.selectionChanged(editorState(e.textEditor)!);
+      }
+    }),
+    vscode.workspace.onDidCloseTextDocument((document) => cursorRest.closed(protocolUri(document))),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (!e.affectsConfiguration('codecue')) {
         return;
@@ -225,6 +270,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         }
       }
     }),
+    cursorRest,
     { dispose: () => void client?.stop() },
   );
   status.phase = 'idle';
@@ -233,5 +279,6 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 }
 
 export async function deactivate(): Promise<void> {
+  cursorRest.dispose();
   await client?.stop();
 }

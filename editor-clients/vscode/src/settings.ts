@@ -12,6 +12,7 @@ export interface Settings {
   drafter: string;
   middleFrom: string;
   nextLine: boolean;
+  prepareAtCursor: boolean; // also the client's switch: off, it sends no codecue/didMoveCursor
   promptTokens: number; // 0: auto (the server sizes prompts by what the machine prefills)
   coldPromptTokens: number; // 0: auto; a prompt nothing is cached for starts this small, the full one follows
   engine: string;
@@ -40,6 +41,7 @@ export function readSettings(config: ConfigReader): Settings {
     drafter: config.get('drafter', 'auto'),
     middleFrom: config.get('middleFrom', 'line'),
     nextLine: config.get('nextLine', true),
+    prepareAtCursor: config.get('prepareAtCursor', true),
     promptTokens: config.get('promptTokens', 0),
     coldPromptTokens: config.get('coldPromptTokens', 0),
     engine: config.get('engine', 'local').trim() || 'local',
@@ -53,7 +55,8 @@ export function readSettings(config: ConfigReader): Settings {
 export function serverSettings(s: Settings): Record<string, unknown> {
   const sent: Record<string, unknown> = {
     pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens,
-    drafter: s.drafter, middleFrom: s.middleFrom, nextLine: s.nextLine, engine: s.engine,
+    drafter: s.drafter, middleFrom: s.middleFrom, nextLine: s.nextLine, prepareAtCursor: s.prepareAtCursor,
+    engine: s.engine,
     promptTokens: s.promptTokens > 0 ? Math.max(256, Math.round(s.promptTokens)) : 'auto',
     coldPromptTokens: s.coldPromptTokens > 0 ? Math.max(128, Math.round(s.coldPromptTokens)) : 'auto',
   };

@@ -129,6 +129,9 @@ function M.setup(opts)
           require("codecue.native").enable(false, ev.buf, client.id)
         end
         map_trigger(ev.buf, cfg)
+        -- Both frontends: suggestions are asked for only while typing, so the server is told where the cursor
+        -- rests after other moves and prepares that prompt before the first keystroke (cursor_rest.lua).
+        require("codecue.cursor_rest").attach(ev.buf)
       end
     end,
   })
@@ -137,6 +140,7 @@ function M.setup(opts)
     callback = function(ev)
       if codecue_client(ev) then
         frontend().detach(ev.buf, ev.data.client_id)
+        require("codecue.cursor_rest").detach(ev.buf)
       end
     end,
   })

@@ -6,7 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { createVscode, document, FakeClient, install, open, Position } from '../testing/mock-vscode';
+import { REST_MS } from '../cursor-rest';
+import {
+  createVscode, document, editor, FakeClient, focus, install, moveCursor, open, Position,
+} from '../testing/mock-vscode';
 
 // A home with the server in it, for the "~/..." setting the README shows (os.homedir() reads HOME).
 const home = mkdtempSync(join(tmpdir(), 'codecue-home-'));
@@ -78,7 +81,7 @@ test('the server answers workspace/configuration with server settings only', asy
   const client = await activated();
   const answer = client.clientOptions.middleware.workspace.configuration(
     { items: [{ section: 'codecue' }] }, token, () => assert.fail('should not ask VS Code'));
-  assert.deepEqual(Object.keys(answer[0]).sort(), ['coldPromptTokens', 'debounceMs', 'drafter', 'enabledLanguages', 'engine', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'promptTokens']);
+  assert.deepEqual(Object.keys(answer[0]).sort(), ['coldPromptTokens', 'debounceMs', 'drafter', 'enabledLanguages', 'engine', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'prepareAtCursor', 'promptTokens']);
 });
 
 test('progress from the server shows in the status bar, and again after a crash and restart', async () => {
@@ -157,4 +160,52 @@ test('changing the pair restarts the server', async () => {
   assert.equal(client.stopped, true);
   assert.notEqual(FakeClient.last, client);
   assert.equal(FakeClient.last!.clientOptions.initializationOptions.pair, 'default');
+});
+
+const rested = () => new Promise((resolve) => setTimeout(resolve, REST_MS + 100));
+
+function moves(client: FakeClient) {
+  return client.notifications.filter(([m]) => m === 'codecue/didMoveCursor').map(([, p]) => p);
+}
+
+test('where the cursor rests after opening, switching and clicking goes to the server; typing does not', async () => {
+  await activated();
+  const client = FakeClient.last!;
+  assert.equal(client.isRunning(), true);
+  const doc = document('file:///b.py', 'x = 1');
+  await open(vscode, doc);
+  const b = editor(doc, 0, 2);
+  client.notifications.length = 0;
+  await focus(vscode, b); // opened in an editor
+  await rested();
+  assert.deepEqual(moves(client), [
+    { textDocument: { uri: 'file:///b.py', version: 1 }, position: { line: 0, character: 2 } },
+  ]);
+
+  doc.version = 2; // a key typed: VS Code changes the document, then the selection
+  await moveCursor(vscode, b, 0, 3);
+  await rested();
+  assert.equal(moves(client).length, 1, 'typing is not a move');
+
+  await moveCursor(vscode, b, 0, 5); // a click
+  await moveCursor(vscode, b, 0, 1); // and another before the rest ends
+  await moveCursor(vscode, editor(document('file:///notes.rb', '', 'ruby')), 0, 0); // in a split, not the user's
+  await rested();
+  assert.deepEqual(moves(client).slice(1), [
+    { textDocument: { uri: 'file:///b.py', version: 2 }, position: { line: 0, character: 1 } },
+  ]);
+
+  await vscode.workspace.getConfiguration('codecue').update('prepareAtCursor', false);
+  assert.equal(client.clientOptions.middleware.workspace.configuration(
+    { items: [{ section: 'codecue' }] }, token, () => undefined)[0].prepareAtCursor, false, 'the server is told too');
+  await moveCursor(vscode, b, 0, 4);
+  await focus(vscode, editor(document('file:///c.py', ''), 0, 0));
+  await rested();
+  assert.equal(moves(client).length, 2, 'prepareAtCursor off: nothing is sent');
+  await vscode.workspace.getConfiguration('codecue').update('prepareAtCursor', true);
+
+  vscode.window.activeTextEditor = b;
+  client.crashAndRestart(); // a new server process has nothing prepared: the cursor goes again, once
+  await rested();
+  assert.deepEqual(moves(client).slice(2).map((p) => p.textDocument), [{ uri: 'file:///b.py', version: 2 }]);
 });

@@ -1,6 +1,6 @@
 // The real codecue-lsp (tiny random model pair) spoken to over stdio the way vscode-languageclient does:
 // initialize with initializationOptions, $/progress while the model loads, inlineCompletion, the codecue/*
-// notifications (built by the extension's own Tracker), codecue.stats, and cancellation.
+// notifications (built by the extension's own Tracker and CursorRest), codecue.stats, and cancellation.
 // Needs Python with the project importable: CODECUE_PYTHON, else <repo>/.venv/bin/python.
 import { strict as assert } from 'node:assert';
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
@@ -17,6 +17,7 @@ import {
   WorkDoneProgress,
 } from 'vscode-languageserver-protocol/node';
 
+import { CursorRest } from '../cursor-rest';
 import { textAtCursor, Tracker } from '../telemetry';
 
 const REPO = resolve(__dirname, '..', '..', '..', '..');
@@ -160,4 +161,25 @@ test('a document change supersedes the request in flight', async () => {
   assert.ok(stale, `the old request must not answer text for the old document: ${JSON.stringify(outcome)}`);
   const after = await stats();
   assert.ok(after.superseded > before.superseded);
+});
+
+test('a cursor at rest (codecue/didMoveCursor from CursorRest) has its prompt prepared by the server', async () => {
+  await loaded;
+  const before = await stats();
+  // Version 3: after the edits of the test above.
+  const at = { uri: URI, version: 3, line: 0, character: 4, cursors: 1, empty: true, served: true };
+  const rest = new CursorRest({
+    active: () => at,
+    switches: () => ({ enable: true, prepareAtCursor: true, running: true }),
+    send: (params) => void connection.sendNotification('codecue/didMoveCursor', params),
+  });
+  rest.focused(at);
+  const deadline = Date.now() + 30_000; // it waits for the background work still running from the tests above
+  let now = before;
+  while ((now.warmup_started ?? 0) <= (before.warmup_started ?? 0) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 200));
+    now = await stats();
+  }
+  assert.ok('warmup_started' in now, `codecue.stats has no warmup counters: ${JSON.stringify(now)}`);
+  assert.equal(now.warmup_started - before.warmup_started, 1);
 });

@@ -55,12 +55,14 @@ test('every setting in package.json has the default readSettings falls back to',
   }
 });
 
-test('drafter, middleFrom, nextLine, promptTokens, coldPromptTokens and engine reach the server; remoteModel only when set', () => {
+test('drafter, middleFrom, nextLine, prepareAtCursor, promptTokens, coldPromptTokens and engine reach the server; remoteModel only when set', () => {
   const base = serverSettings(readSettings(reader({})));
   assert.equal(base.drafter, 'auto');
   assert.equal(base.middleFrom, 'line');
   assert.equal(base.nextLine, true);
   assert.equal(serverSettings(readSettings(reader({ nextLine: false }))).nextLine, false);
+  assert.equal(base.prepareAtCursor, true);
+  assert.equal(serverSettings(readSettings(reader({ prepareAtCursor: false }))).prepareAtCursor, false);
   // 0 (the default) asks the server to size prompts itself; a number is sent as is.
   assert.equal(base.promptTokens, 'auto');
   assert.equal(serverSettings(readSettings(reader({ promptTokens: 768 }))).promptTokens, 768);
@@ -94,5 +96,5 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({ engine: 'http://127.0.0.1:8080/v1' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ remoteModel: 'other' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ maxTokens: 16, debounceMs: 0, enable: false }))), false);
-  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false, promptTokens: 512, coldPromptTokens: 256 }))), false);
+  assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false, prepareAtCursor: false, promptTokens: 512, coldPromptTokens: 256 }))), false);
 });

@@ -22,11 +22,14 @@ export class FakeClient {
   progressHandlers = new Map<string, (value: any) => void>();
   started = false;
   stopped = false;
+  state = 1; // Stopped, Running 2, Starting 3 (the State of install() below)
+  code2ProtocolConverter = { asUri: (uri: { toString(): string }) => uri.toString() };
   constructor(readonly id: string, readonly name: string, readonly serverOptions: any, readonly clientOptions: any) {
     FakeClient.last = this;
   }
-  async start() { this.started = true; }
-  async stop() { this.stopped = true; }
+  async start() { this.started = true; this.state = 2; }
+  async stop() { this.stopped = true; this.state = 1; }
+  isRunning() { return this.state === 2; }
   stateListeners: ((e: { oldState: number; newState: number }) => void)[] = [];
   onDidChangeState(listener: (e: { oldState: number; newState: number }) => void) {
     this.stateListeners.push(listener);
@@ -35,6 +38,7 @@ export class FakeClient {
   /** What vscode-languageclient does when the server crashes and it restarts it. */
   crashAndRestart() {
     for (const newState of [1, 3, 2]) { // Stopped, Starting, Running
+      this.state = newState;
       for (const listener of this.stateListeners) listener({ oldState: 0, newState });
     }
   }
@@ -49,10 +53,14 @@ export function createVscode() {
   const executed: unknown[][] = [];
   const configListeners: Listener[] = [];
   const openListeners: ((doc: unknown) => unknown)[] = [];
+  const closeListeners: ((doc: unknown) => unknown)[] = [];
+  const activeEditorListeners: ((editor: unknown) => unknown)[] = [];
+  const selectionListeners: ((e: { textEditor: unknown }) => unknown)[] = [];
   const errors: string[] = [];
   const statusItem = { text: '', tooltip: '', command: '', backgroundColor: undefined as unknown, show() {}, dispose() {} };
   const vscode = {
-    config, registered: commands, executed, statusItem, errors, openListeners,
+    config, registered: commands, executed, statusItem, errors, openListeners, closeListeners,
+    activeEditorListeners, selectionListeners,
     Position, Range,
     StatusBarAlignment: { Left: 1, Right: 2 },
     ConfigurationTarget: { Global: 1 },
@@ -62,6 +70,14 @@ export function createVscode() {
       createOutputChannel: () => ({ show() {}, dispose() {}, appendLine() {}, error(m: string) { errors.push(m); } }),
       createStatusBarItem: () => statusItem,
       showErrorMessage: async (message: string) => { executed.push(['showErrorMessage', message]); },
+      onDidChangeActiveTextEditor: (listener: (editor: unknown) => unknown) => {
+        activeEditorListeners.push(listener);
+        return { dispose() {} };
+      },
+      onDidChangeTextEditorSelection: (listener: (e: { textEditor: unknown }) => unknown) => {
+        selectionListeners.push(listener);
+        return { dispose() {} };
+      },
     },
     workspace: {
       getConfiguration: (section: string) => ({
@@ -77,6 +93,7 @@ export function createVscode() {
       workspaceFolders: undefined as { uri: { fsPath: string } }[] | undefined,
       textDocuments: [] as unknown[],
       onDidOpenTextDocument: (listener: (doc: unknown) => unknown) => { openListeners.push(listener); return { dispose() {} }; },
+      onDidCloseTextDocument: (listener: (doc: unknown) => unknown) => { closeListeners.push(listener); return { dispose() {} }; },
     },
     commands: {
       registerCommand: (id: string, fn: (...args: any[]) => unknown) => { commands.set(id, fn); return { dispose() {} }; },
@@ -106,10 +123,39 @@ export function install(vscode: ReturnType<typeof createVscode>): void {
   };
 }
 
-/** A one-line document for the inline completion middleware. */
+/** A one-line document for the inline completion middleware. VS Code raises `version` with every edit. */
 export function document(uri: string, text: string, languageId = 'python') {
   const scheme = uri.slice(0, uri.indexOf(':'));
-  return { uri: { scheme, toString: () => uri }, languageId, lineAt: (_line: number) => ({ text }), getText: () => text };
+  return {
+    uri: { scheme, toString: () => uri }, languageId, version: 1, lineAt: (_line: number) => ({ text }),
+    getText: () => text,
+  };
+}
+
+/** A text editor on `doc` with one cursor (no selection) at line:character. */
+export function editor(doc: ReturnType<typeof document>, line = 0, character = 0) {
+  const ed = { document: doc, selection: cursorAt(line, character), selections: [] as unknown[] };
+  ed.selections = [ed.selection];
+  return ed;
+}
+
+function cursorAt(line: number, character: number) {
+  const at = new Position(line, character);
+  return { active: at, anchor: at, start: at, end: at, isEmpty: true };
+}
+
+/** `ed` becomes the active editor (a file opened, a tab switched to). */
+export async function focus(vscode: ReturnType<typeof createVscode>, ed: ReturnType<typeof editor> | undefined) {
+  vscode.window.activeTextEditor = ed;
+  for (const listener of vscode.activeEditorListeners) await listener(ed);
+}
+
+/** The cursor of `ed` moves to line:character (a click; with doc.version raised first, typing). */
+export async function moveCursor(vscode: ReturnType<typeof createVscode>, ed: ReturnType<typeof editor>,
+  line: number, character: number) {
+  ed.selection = cursorAt(line, character);
+  ed.selections = [ed.selection];
+  for (const listener of vscode.selectionListeners) await listener({ textEditor: ed });
 }
 
 /** Opens `doc` in the mocked workspace, as VS Code does before it tells listeners. */

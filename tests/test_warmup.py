@@ -1,0 +1,288 @@
+"""The prompt where the cursor rests is made ready before a keystroke there asks for it (codecue_lsp/warmup.py,
+Engine.prefill)."""
+import asyncio
+from collections import namedtuple
+
+import pytest
+
+from codecue_lsp.completer import Completer, ready_tokens
+from codecue_lsp.config import Settings
+from codecue_lsp.warmup import METHOD, RestingCursor, resting_cursor
+from engine import CancelToken, CompletionRequest
+from engine_helpers import tiny_engine
+from server_harness import Gate, tiny_in_process_server
+from test_prompt_growth import measured_engine, prompt_tokens, recording, wait_for
+from test_prompt_sizing import long_document
+
+Position = namedtuple("Position", "line character")
+Document = namedtuple("Document", "uri")
+Params = namedtuple("Params", "textDocument position")
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"textDocument": {"uri": "file:///a.py"}, "position": {"line": 3, "character": 7}},
+     RestingCursor("file:///a.py", 3, 7)),
+    ({"textDocument": {"uri": "file:///a.py", "version": 4}, "position": {"line": 0, "character": 0}},
+     RestingCursor("file:///a.py", 0, 0)),
+    (Params(Document("file:///a.py"), Position(2, 5)), RestingCursor("file:///a.py", 2, 5)),  # as pygls hands it
+    ({"textDocument": {"uri": "file:///a.py"}}, None),
+    ({"position": {"line": 1, "character": 1}}, None),
+    ({"textDocument": {"uri": ""}, "position": {"line": 1, "character": 1}}, None),
+    ({"textDocument": {"uri": 7}, "position": {"line": 1, "character": 1}}, None),
+    ({"textDocument": {"uri": "file:///a.py"}, "position": {"line": -1, "character": 1}}, None),
+    ({"textDocument": {"uri": "file:///a.py"}, "position": {"line": True, "character": 1}}, None),
+    ({"textDocument": {"uri": "file:///a.py"}, "position": {"line": "1", "character": 1}}, None),
+    ({"textDocument": {"uri": "file:///a.py"}, "position": {"line": 1, "character": 2 ** 40}}, None),
+    ([1, 2], None),
+    (None, None),
+])
+def test_the_resting_cursor_is_read_from_text_document_position_params(params, expected):
+    assert resting_cursor(params) == expected
+
+
+def test_prepare_at_cursor_setting_and_flag():
+    from codecue_lsp.__main__ import cli_settings, parse_args
+
+    assert Settings().prepare_at_cursor is True
+    assert Settings().merged({"prepareAtCursor": False}).prepare_at_cursor is False
+    assert Settings().merged({"prepareAtCursor": "lots"}).prepare_at_cursor is True
+    assert Settings().merged(cli_settings(parse_args(["--prepare-at-cursor", "off"]))).prepare_at_cursor is False
+
+
+def test_a_prefilled_session_answers_with_nothing_left_to_compute_and_as_a_fresh_engine_would():
+    engine = tiny_engine("none")
+    try:
+        completer, settings = Completer(engine), Settings(max_tokens=8)
+        doc, line, character = long_document()
+        prepared = completer.prepare(doc, line, character, settings)
+        assert completer.prefill(prepared, CancelToken()).result() == ready_tokens(prepared)
+        text, result = completer.complete(prepared)
+        assert result.stats.new_prompt_tokens == 0 and result.stats.reused_prompt_tokens == ready_tokens(prepared)
+        fresh = tiny_engine("none")
+        try:
+            alone = fresh.complete(CompletionRequest(list(prepared.request.prompt_ids), 8, heal=prepared.request.heal,
+                                                     stop=prepared.request.stop))
+        finally:
+            fresh.close()
+        assert result.token_ids == alone.token_ids
+    finally:
+        engine.close()
+
+
+def test_a_cancelled_prefill_keeps_what_it_computed_and_goes_on_from_there():
+    engine = tiny_engine("none")
+    try:
+        ids = engine.encode("".join(f"value_{i} = compute({i})\n" for i in range(200)))
+        assert len(ids) > 1200
+        token = CancelToken()
+        token.set()
+        assert engine.prefill("doc", ids, token).result() == 0  # cancelled before its first chunk
+        calls = []
+        session_cache = engine._session("doc").target
+        forward = session_cache.forward
+
+        def cancel_after_first(new_ids, *args, **kwargs):
+            calls.append(len(new_ids))
+            out = forward(new_ids, *args, **kwargs)
+            later.set()
+            return out
+        later = CancelToken()
+        session_cache.forward = cancel_after_first
+        held = engine.prefill("doc", ids, later).result()
+        assert held == calls[0] and 0 < held < len(ids)
+        assert engine.prefill("doc", ids).result() == len(ids)
+        assert sum(calls) == len(ids)  # the second call computed only what the first left
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("next_session, next_ids, abandoned", [
+    ("doc", "same", False),    # the same prompt again (the next rest at the same place): the pass goes on
+    ("doc", "other", True),    # another prompt of the document: the cancelled pass stops
+    ("other", "same", True),   # another document
+])
+def test_a_prefill_abandons_a_cancelled_pass_it_does_not_share(next_session, next_ids, abandoned):
+    engine = tiny_engine("none")
+    try:
+        ids = engine.encode("def f(value):\n    return value + 1\n" * 8)
+        token = CancelToken()
+        stop_pass = engine.shared_passes.finishing_for("doc", ids, token)(len(ids))  # a pass running, inside shared
+        token.set()  # then cancelled: it ends unless the next work does not share it
+        later = ids if next_ids == "same" else engine.encode("x = 1\n") + ids
+        engine.prefill(next_session, later).result()
+        assert stop_pass() is abandoned
+    finally:
+        engine.close()
+
+
+# --- in the server ----------------------------------------------------------------------------------------------
+URI = "file:///w/long.py"
+
+
+def rest_at(client, line: int, character: int, uri: str = URI) -> None:
+    client.notify(METHOD, {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}})
+
+
+def typed(text: str, what: str) -> str:
+    return text.replace("def last(value):\n    ", "def last(value):\n    " + what, 1)
+
+
+async def count(client, name: str) -> int:
+    return (await client.stats())[name]
+
+
+@pytest.mark.asyncio
+async def test_a_resting_cursor_gets_its_prompt_ready_and_the_first_keystroke_finds_it_computed():
+    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
+    async with tiny_in_process_server(settings) as client:
+        server = client.server
+        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
+        submitted = recording(server.completer)
+        doc, line, character = long_document()
+        client.open(URI, doc.text)
+        rest_at(client, line, character)
+
+        async def ready():
+            return await count(client, "warmup_ready") == 1
+        await wait_for(ready, "the prompt at the cursor to be ready")
+        assert await count(client, "warmup_started") == 1
+        # A cold start's layout (512 tokens here): its growth follows while the user still reads.
+        async def grown():
+            return await count(client, "growth_taken") == 1
+        await wait_for(grown, "the full-size prompt to be taken over")
+
+        client.change(URI, 2, typed(doc.text, "r"))
+        await client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 1},
+            "context": {"triggerKind": 2}})
+        prepared, future = submitted[-1]
+        stats = future.result().stats
+        assert prepared.built.kept and 768 < prompt_tokens(prepared) <= 1024
+        assert stats.reused_prompt_tokens > 700 and stats.new_prompt_tokens < 40
+
+
+@pytest.mark.asyncio
+async def test_without_prepare_at_cursor_the_first_keystroke_computes_its_whole_prompt():
+    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False,
+                "prepare_at_cursor": False}
+    async with tiny_in_process_server(settings) as client:
+        server = client.server
+        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
+        submitted = recording(server.completer)
+        doc, line, character = long_document()
+        client.open(URI, doc.text)
+        rest_at(client, line, character)
+        await asyncio.sleep(0.3)
+        assert await count(client, "warmup_started") == 0
+        client.change(URI, 2, typed(doc.text, "r"))
+        await client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 1},
+            "context": {"triggerKind": 2}})
+        stats = submitted[-1][1].result().stats
+        assert stats.reused_prompt_tokens == 0 and stats.new_prompt_tokens > 400
+
+
+@pytest.mark.asyncio
+async def test_a_rest_waits_for_the_request_in_flight_and_a_keystroke_after_it_makes_it_stale():
+    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False, "cold_prompt_tokens": "off"}
+    async with tiny_in_process_server(settings) as client:
+        server = client.server
+        engine = server.completer.engine
+        complete = engine.complete  # runs on the engine's worker thread: a gate there leaves the loop serving
+        doc, line, character = long_document()
+        client.open(URI, doc.text)
+        gate = Gate()
+        engine.complete = gate.wrap(complete)
+        _, answer = client.complete(URI, line, character)
+        await gate.wait_entered()  # the request holds the engine
+        rest_at(client, 3, 0)
+        await asyncio.sleep(0.05)
+        assert await count(client, "warmup_started") == 0 and server.resting_cursor is not None
+        gate.opened.set()
+        await asyncio.wait_for(answer, 30)
+
+        async def started():
+            return await count(client, "warmup_started") == 1
+        await wait_for(started, "the rest to be taken up after the answer")
+
+        async def idle():
+            return server.scheduler.background is None
+        await wait_for(idle, "the warm-up to end")
+
+        # A rest, then typing before the engine is free: that keystroke's request prepares its own prompt.
+        gate = Gate()
+        engine.complete = gate.wrap(complete)
+        server.typethrough.forget(URI)  # (it would answer the same cursor again without the engine)
+        _, answer = client.complete(URI, line, character)
+        await gate.wait_entered()
+        rest_at(client, 5, 0)
+        client.change(URI, 2, typed(doc.text, "r"))
+        gate.opened.set()
+        await asyncio.wait_for(answer, 30)
+        engine.complete = complete
+        await client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 1},
+            "context": {"triggerKind": 2}})
+        await asyncio.sleep(0.1)
+        assert await count(client, "warmup_started") == 1 and server.resting_cursor is None
+
+
+@pytest.mark.asyncio
+async def test_a_malformed_or_misplaced_rest_is_ignored_and_the_server_keeps_serving():
+    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
+    async with tiny_in_process_server(settings) as client:
+        doc, line, character = long_document()
+        client.open(URI, doc.text)
+        client.notify(METHOD, {"textDocument": {"uri": URI}})
+        client.notify(METHOD, "nonsense")
+        rest_at(client, 10_000, 0)  # outside the document
+        rest_at(client, 1, 0, uri="file:///w/not-open.py")
+        await asyncio.sleep(0.1)
+        stats = await client.stats()
+        assert stats["warmup_started"] == 0 and stats["errors"] == 0
+        response = await client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 2}})
+        assert "result" in response
+
+
+@pytest.mark.asyncio
+async def test_a_rest_replaces_a_growth_but_waits_for_the_same_documents_next_line():
+    from codecue_lsp.warmup import start_idle_work
+
+    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
+    async with tiny_in_process_server(settings) as client:
+        server = client.server
+        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
+        gate = Gate()
+        server.completer.prepare_growth = gate.wrap(server.completer.prepare_growth)
+        doc, line, character = long_document()
+        other = "file:///w/other.py"
+        client.open(URI, doc.text)
+        client.open(other, doc.text)
+        rest_at(client, line, character)
+        await gate.wait_entered()  # ready, and its growth holds the engine's background slot
+        assert await count(client, "warmup_ready") == 1 and await count(client, "growth_started") == 1
+
+        rest_at(client, 3, 0)  # the user moved: the growth gives way, even in the same document
+        await asyncio.sleep(0.05)
+        assert await count(client, "warmup_started") == 2 and server.resting_cursor is None
+        gate.opened.set()
+
+        async def idle():
+            return server.scheduler.background is None and await count(client, "warmup_ready") == 2
+        await wait_for(idle, "the second warm-up (and the growth after it) to end")
+
+        # The same document's next line being written: a rest there waits for it; one elsewhere does not.
+        writer = server.scheduler.begin_background(URI, 1, ("next_line", doc.text))
+        rest_at(client, 5, 0)
+        await asyncio.sleep(0.05)
+        assert await count(client, "warmup_started") == 2 and server.resting_cursor.line == 5
+        server.scheduler.finish(writer)
+        start_idle_work(server)  # what the writer's end runs (inline.start_next_line)
+        assert await count(client, "warmup_started") == 3
+
+        writer = server.scheduler.begin_background(URI, 1, ("next_line", doc.text + "x"))
+        rest_at(client, line, character, uri=other)
+        await asyncio.sleep(0.05)
+        assert await count(client, "warmup_started") == 4 and not writer.live
