@@ -112,10 +112,20 @@ def _int(value: Any) -> int:
         return 0
 
 
+def plain(value: Any) -> Any:
+    """Custom methods' params as plain JSON values: pygls hands them over as (nested) namedtuples."""
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 def event_params(params: Any) -> dict:
-    """Custom notification params arrive as pygls namedtuples (or dicts); anything else counts as no fields."""
+    """Custom notification params as a dict; anything else counts as no fields."""
+    params = plain(params)
     if isinstance(params, dict):
         return params
-    if hasattr(params, "_asdict"):
-        return dict(params._asdict())
     return {}

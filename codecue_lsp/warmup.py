@@ -21,6 +21,7 @@ from .config import MAX_DOCUMENT_CHARS
 from .growth import plan_growth, start_growth
 from .positions import count_units, cursor_at, utf16_units
 from .scheduler import await_engine, run_background
+from .telemetry import event_params
 
 logger = logging.getLogger(__name__)
 
@@ -38,24 +39,14 @@ class RestingCursor:
 
 def resting_cursor(params) -> RestingCursor | None:
     """The notification's document and position; None unless both are there and well-typed."""
-    data = _plain(params)
-    document = data.get("textDocument") if isinstance(data, dict) else None
-    position = data.get("position") if isinstance(data, dict) else None
+    data = event_params(params)
+    document, position = data.get("textDocument"), data.get("position")
     if not isinstance(document, dict) or not isinstance(position, dict):
         return None
     uri, line, character = document.get("uri"), position.get("line"), position.get("character")
     if not isinstance(uri, str) or not uri or not _index(line) or not _index(character):
         return None
     return RestingCursor(uri, line, character)
-
-
-def _plain(value):
-    """pygls hands custom notifications' params over as (nested) namedtuples."""
-    if hasattr(value, "_asdict"):
-        value = value._asdict()
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
 
 
 def _index(value) -> bool:

@@ -1,6 +1,7 @@
 """A prompt nothing is cached for starts at the cold size; the full one is prefilled in the background and taken
 over (prompt/sizing.py, completer.py, growth.py)."""
 import asyncio
+import contextlib
 
 import pytest
 
@@ -164,21 +165,34 @@ def recording(completer):
     return submitted
 
 
+QUIET = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}  # no next line: growth alone
+
+
+@contextlib.asynccontextmanager
+async def measured_server(**settings):
+    """An in-process server whose engine's calibration says 50 tok/s of prefill: a fresh layout starts cold."""
+    async with tiny_in_process_server({**QUIET, **settings}) as client:
+        client.server.completer = Completer(measured_engine(50.0), syntax=client.server.syntax)
+        yield client
+
+
+async def ask(client, line: int, character: int, uri: str = URI) -> dict:
+    return await client.call("textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+        "context": {"triggerKind": 2}})
+
+
 @pytest.mark.asyncio
 async def test_the_server_grows_a_cold_prompt_after_its_answer_and_a_keystroke_stops_it():
-    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
-    async with tiny_in_process_server(settings) as client:
+    async with measured_server() as client:
         server = client.server
-        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
         submitted = recording(server.completer)
         gate = Gate()
         server.completer.prepare_growth = gate.wrap(server.completer.prepare_growth)
         doc, line, character = long_document()
         client.open(URI, doc.text)
 
-        await client.call("textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": line, "character": character},
-            "context": {"triggerKind": 2}})
+        await ask(client, line, character)
         first = submitted[0][0]
         assert first.grows and prompt_tokens(first) <= 512
         await gate.wait_entered()  # the growth started after the answer, and is held in its prompt step
@@ -200,9 +214,7 @@ async def test_the_server_grows_a_cold_prompt_after_its_answer_and_a_keystroke_s
         assert (await client.stats())["growth_started"] == 2
         server.typethrough.forget(URI)  # a keystroke that follows the suggestion would be answered from there
         client.change(URI, 3, typed.replace("def last(value):\n    r", "def last(value):\n    re", 1))
-        await client.call("textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 2},
-            "context": {"triggerKind": 2}})
+        await ask(client, line, character + 2)
         grown, future = submitted[-1]
         stats = future.result().stats
         assert not grown.grows and 768 < prompt_tokens(grown) <= 1024

@@ -11,7 +11,7 @@ from codecue_lsp.warmup import METHOD, RestingCursor, resting_cursor
 from engine import CancelToken, CompletionRequest
 from engine_helpers import tiny_engine
 from server_harness import Gate, tiny_in_process_server
-from test_prompt_growth import measured_engine, prompt_tokens, recording, wait_for
+from test_prompt_growth import QUIET, ask, measured_server, prompt_tokens, recording, wait_for
 from test_prompt_sizing import long_document
 
 Position = namedtuple("Position", "line character")
@@ -133,10 +133,8 @@ async def count(client, name: str) -> int:
 
 @pytest.mark.asyncio
 async def test_a_resting_cursor_gets_its_prompt_ready_and_the_first_keystroke_finds_it_computed():
-    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
-    async with tiny_in_process_server(settings) as client:
+    async with measured_server() as client:
         server = client.server
-        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
         submitted = recording(server.completer)
         doc, line, character = long_document()
         client.open(URI, doc.text)
@@ -152,9 +150,7 @@ async def test_a_resting_cursor_gets_its_prompt_ready_and_the_first_keystroke_fi
         await wait_for(grown, "the full-size prompt to be taken over")
 
         client.change(URI, 2, typed(doc.text, "r"))
-        await client.call("textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 1},
-            "context": {"triggerKind": 2}})
+        await ask(client, line, character + 1)
         prepared, future = submitted[-1]
         stats = future.result().stats
         assert prepared.built.kept and 768 < prompt_tokens(prepared) <= 1024
@@ -163,11 +159,8 @@ async def test_a_resting_cursor_gets_its_prompt_ready_and_the_first_keystroke_fi
 
 @pytest.mark.asyncio
 async def test_without_prepare_at_cursor_the_first_keystroke_computes_its_whole_prompt():
-    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False,
-                "prepare_at_cursor": False}
-    async with tiny_in_process_server(settings) as client:
+    async with measured_server(prepare_at_cursor=False) as client:
         server = client.server
-        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
         submitted = recording(server.completer)
         doc, line, character = long_document()
         client.open(URI, doc.text)
@@ -175,17 +168,14 @@ async def test_without_prepare_at_cursor_the_first_keystroke_computes_its_whole_
         await asyncio.sleep(0.3)
         assert await count(client, "warmup_started") == 0
         client.change(URI, 2, typed(doc.text, "r"))
-        await client.call("textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 1},
-            "context": {"triggerKind": 2}})
+        await ask(client, line, character + 1)
         stats = submitted[-1][1].result().stats
         assert stats.reused_prompt_tokens == 0 and stats.new_prompt_tokens > 400
 
 
 @pytest.mark.asyncio
 async def test_a_rest_waits_for_the_request_in_flight_and_a_keystroke_after_it_makes_it_stale():
-    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False, "cold_prompt_tokens": "off"}
-    async with tiny_in_process_server(settings) as client:
+    async with tiny_in_process_server({**QUIET, "cold_prompt_tokens": "off"}) as client:
         server = client.server
         engine = server.completer.engine
         complete = engine.complete  # runs on the engine's worker thread: a gate there leaves the loop serving
@@ -220,17 +210,14 @@ async def test_a_rest_waits_for_the_request_in_flight_and_a_keystroke_after_it_m
         gate.opened.set()
         await asyncio.wait_for(answer, 30)
         engine.complete = complete
-        await client.call("textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": line, "character": character + 1},
-            "context": {"triggerKind": 2}})
+        await ask(client, line, character + 1)
         await asyncio.sleep(0.1)
         assert await count(client, "warmup_started") == 1 and server.resting_cursor is None
 
 
 @pytest.mark.asyncio
 async def test_a_malformed_or_misplaced_rest_is_ignored_and_the_server_keeps_serving():
-    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
-    async with tiny_in_process_server(settings) as client:
+    async with tiny_in_process_server(QUIET) as client:
         doc, line, character = long_document()
         client.open(URI, doc.text)
         client.notify(METHOD, {"textDocument": {"uri": URI}})
@@ -240,9 +227,7 @@ async def test_a_malformed_or_misplaced_rest_is_ignored_and_the_server_keeps_ser
         await asyncio.sleep(0.1)
         stats = await client.stats()
         assert stats["warmup_started"] == 0 and stats["errors"] == 0
-        response = await client.call("textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": line, "character": character},
-            "context": {"triggerKind": 2}})
+        response = await ask(client, line, character)
         assert "result" in response
 
 
@@ -250,10 +235,8 @@ async def test_a_malformed_or_misplaced_rest_is_ignored_and_the_server_keeps_ser
 async def test_a_rest_replaces_a_growth_but_waits_for_the_same_documents_next_line():
     from codecue_lsp.warmup import start_idle_work
 
-    settings = {"debounce_ms": 0, "max_tokens": 4, "drafter": "none", "next_line": False}
-    async with tiny_in_process_server(settings) as client:
+    async with measured_server() as client:
         server = client.server
-        server.completer = Completer(measured_engine(50.0), syntax=server.syntax)
         gate = Gate()
         server.completer.prepare_growth = gate.wrap(server.completer.prepare_growth)
         doc, line, character = long_document()

@@ -19,18 +19,8 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from ..telemetry import plain
 from .trace import utf16_to_index
-
-
-def plain(value):
-    """Nested namedtuples as JSON objects."""
-    if hasattr(value, "_asdict"):
-        value = value._asdict()
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
-    return value
 
 
 def make_server(delay_ms: float, text: str | None, oracle: str | None, log: str | None,
