@@ -35,8 +35,9 @@ class Settings:
     # In the line split, the most lines the middle may span before it starts again at the cursor's line (1: only
     # that line). Lines typed since it started stay after the marker, so Enter does not re-run the suffix.
     middle_lines: int = 8
-    # After a suggestion that ends the cursor's line, write the next line in the background (inline.py): it is
-    # ready when the suggestion is taken or Enter pressed. Local engine only (a shared server gets no extra load).
+    # After a suggestion that ends the cursor's line, or a rest at the end of a line (with prepare_at_cursor), write
+    # the next line in the background (next_line.py): it is ready when the suggestion is taken or Enter pressed.
+    # Local engine only (a shared server gets no extra load).
     next_line: bool = True
     # Most tokens in a prompt: "auto" (the local engine: what this machine prefills in ~12 s, measured by the
     # calibration, 1024..1536; prompt/sizing.py) or a number. A prompt not seen before costs all of them first.

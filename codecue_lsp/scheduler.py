@@ -2,8 +2,8 @@
 
 A newer request or an edit of the same document supersedes the older request: its CancelToken is set (the engine
 stops within one speculative step) and its handler answers an empty list instead of stale text. Background work
-(the next line, inline.py; a full-size prompt, growth.py) goes on through edits and type-through answers, and stops
-for any request that needs the engine.
+(the next line, next_line.py; a full-size prompt, growth.py; the prompt at a resting cursor, warmup.py) goes on
+through edits and type-through answers, and stops for any request that needs the engine.
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ class Ticket:
 
 
 class Scheduler:
-    """Requests in flight, one per document, and at most one piece of background work (inline.py's next line or
-    growth.py's full-size prompt), which no edit stops, only a request that needs the engine (stop_background)."""
+    """Requests in flight, one per document, and at most one piece of background work (next_line.py's next line,
+    growth.py's full-size prompt or warmup.py's prompt at the resting cursor), which no edit stops, only a request
+    that needs the engine (stop_background)."""
 
     def __init__(self) -> None:
         self._in_flight: dict[str, Ticket] = {}

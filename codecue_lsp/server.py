@@ -61,11 +61,12 @@ class CodeCueServer(LanguageServer):
         self.settings = Settings().merged(self.cli_settings)
         self.scheduler = Scheduler()
         self.typethrough = TypeThroughCache()
-        self.next_lines: dict[str, str] = {}  # uri -> the document after its suggestion and Enter (inline.py)
+        self.next_lines: dict[str, str] = {}  # uri -> the document after its suggestion and Enter (next_line.py)
         self.background_tasks: set = set()  # next-line writers and growths in flight (held so they are not collected)
-        self.next_line_writer = None  # (plan, task) of the last next-line writer started (inline.py)
+        self.next_line_writer = None  # (plan, task) of the last next-line writer started (next_line.py)
         self.pending_growth = None  # growth.GrowthPlan: the full-size prompt to make ready when nothing else runs
         self.resting_cursor = None  # warmup.RestingCursor: where to make the prompt ready when the engine is free
+        self.line_after_rest = None  # next_line.NextLine: Enter at the resting cursor, once its prompt is ready
         self.telemetry = Telemetry()
         self.completer = None  # set once the model pair is loaded
         self.load_error: str | None = None
@@ -150,6 +151,8 @@ class CodeCueServer(LanguageServer):
             self.pending_growth = None
         if self.resting_cursor is not None and self.resting_cursor.uri == uri:
             self.resting_cursor = None
+        if self.line_after_rest is not None and self.line_after_rest.uri == uri:
+            self.line_after_rest = None
         self.sync_workspace(uri, closed=True)
         if self.syntax is not None:
             self.prompt_worker.forget(uri)
@@ -210,7 +213,7 @@ def resource_sizes(ls: CodeCueServer, engine) -> dict:
     return {
         "open_documents": len(ls.workspace.text_documents),
         "in_flight": len(ls.scheduler._in_flight),
-        "background": int(ls.scheduler.background is not None),  # a next line (inline.py) or growth (growth.py)
+        "background": int(ls.scheduler.background is not None),  # a next line, growth or warm-up
         "request_futures": len(ls.protocol._request_futures),
         "typethrough_entries": len(ls.typethrough),
         "syntax_documents": len(ls.syntax._entries) if ls.syntax is not None else 0,
@@ -301,7 +304,8 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
-        ls.pending_growth = ls.resting_cursor = None  # a background task ending now must not start another one
+        # a background task ending now must not start another one
+        ls.pending_growth = ls.resting_cursor = ls.line_after_rest = None
         ls.scheduler.cancel_all()
         ls.workspace_sync.shutdown()
         ls.prompt_worker.shutdown()

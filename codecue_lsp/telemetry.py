@@ -1,6 +1,7 @@
 """Local usage counters (log + memory only; nothing is ever sent anywhere). `codecue.stats` returns `snapshot()`."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import statistics
 from collections import deque
@@ -13,8 +14,9 @@ LATENCY_WINDOW = 2000  # latency percentiles cover the last this many requests (
 
 COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
             "shown", "accepted", "rejected", "errors",
-            # the line after a taken suggestion, written in the background (inline.py): started, written, answered
-            "next_line_started", "next_line_ready", "next_line_hits",
+            # the line after a taken suggestion or a resting cursor's line, written in the background (next_line.py):
+            # started (of them: at a rest), written, answered
+            "next_line_started", "next_line_at_rest", "next_line_ready", "next_line_hits",
             # a cold start's full-size prompt made ready in the background (growth.py): started, taken over
             "growth_started", "growth_taken",
             # the prompt where the cursor rests, made ready before a keystroke there (warmup.py): started, ready
@@ -95,6 +97,19 @@ class Telemetry:
         out["shown_chars"] = self.shown_chars
         out["engine"] = self.engine.as_dict()
         return out
+
+
+def count_engine_results(future, tel: Telemetry) -> None:
+    """Count every engine result, also of requests whose handler was cancelled before the engine stopped."""
+    loop = asyncio.get_running_loop()
+
+    def done(f) -> None:
+        if not f.cancelled() and f.exception() is None:
+            try:
+                loop.call_soon_threadsafe(tel.engine.add, f.result())
+            except RuntimeError:  # the loop has closed: the server is exiting
+                pass
+    future.add_done_callback(done)
 
 
 def percentile(sorted_values: list[float], pct: float) -> float:

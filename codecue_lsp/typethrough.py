@@ -5,8 +5,8 @@ Entries are keyed by document and a hash of its text before the cursor (plus the
 a completion is only valid for the same text after the cursor). Each document also remembers its last suggestion, so
 a prefix that extends the suggestion's prefix by a start of the suggestion is answered with the remainder.
 
-Each document may also hold the line that follows its suggestion (written in the background, inline.py), keyed by the
-text up to the suggestion's end: answered (line break first) once the suggestion is taken, and after Enter.
+Each document may also hold the line that follows its suggestion (written in the background, next_line.py), keyed by
+the text up to the suggestion's end: answered (line break first) once the suggestion is taken, and after Enter.
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ that was not typing (a click, the arrow keys, a jump, another editor). This modu
 there would get (its layout is then the document's, kept for that keystroke) and prefills it into the document's
 engine session, as background work: a request stops it (scheduler.stop_background) and the chunks done stay. It
 replaces other background work (a growth, a warm-up elsewhere: the user has moved), except the same document's next
-line, which it waits for. Once the prompt is ready and its layout is a cold start's, the growth follows. Local engine
-only; `prepareAtCursor` off turns it off.
+line, which it waits for. Once the prompt is ready, a cursor at the end of a line that is not blank (a click or End,
+then usually Enter) gets the line after it written (next_line.py); then, if its layout is a cold start's, the growth
+follows. Local engine only; `prepareAtCursor` off turns it off.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from .completer import ready_tokens
 from .config import MAX_DOCUMENT_CHARS
 from .growth import plan_growth, start_growth
+from .next_line import enter_at, start_next_line
 from .positions import count_units, cursor_at, utf16_units
 from .scheduler import await_engine, run_background
 from .telemetry import event_params
@@ -67,9 +69,21 @@ def cursor_moved(ls, params) -> None:
 
 def start_idle_work(ls) -> None:
     """What the engine does while nobody waits for it: the prompt at the resting cursor (the user's latest move),
-    else the pending growth."""
-    if not start_warmup(ls):
-        start_growth(ls)
+    else the line after it (when it rests at a line's end), else the pending growth."""
+    if start_warmup(ls) or start_line_after_rest(ls):
+        return
+    start_growth(ls)
+
+
+def start_line_after_rest(ls) -> bool:
+    """Write the line Enter at the resting cursor would open, once its own prompt is ready; True if it started."""
+    plan, ls.line_after_rest = ls.line_after_rest, None
+    if plan is None or ls.current_version(plan.uri) != plan.version:
+        return False  # typed in since: the keystroke's request took over
+    if not start_next_line(ls, plan, then=lambda: start_idle_work(ls)):
+        return False
+    ls.telemetry.count("next_line_at_rest")
+    return True
 
 
 def start_warmup(ls) -> bool:
@@ -99,14 +113,15 @@ def start_warmup(ls) -> bool:
         return False  # a request goes first (its answer starts this again), or this very warm-up runs
     ls.resting_cursor = None
     ls.telemetry.count("warmup_started")
-    run_background(ls, ticket, _warm_up(ls, snap, cursor.line, character_utf16, ticket),
+    run_background(ls, ticket, _warm_up(ls, snap, cursor, character_utf16, ticket),
                    f"preparing the prompt at the cursor in {snap.uri}", then=lambda: start_idle_work(ls))
     return True
 
 
-async def _warm_up(ls, snap, line: int, character_utf16: int, ticket) -> None:
+async def _warm_up(ls, snap, cursor, character_utf16: int, ticket) -> None:
     from .prompt import OpenDocument
 
+    line = cursor.line
     doc = OpenDocument(uri=snap.uri, language_id=snap.language_id, text=snap.text)
     prepared = await ls.prepare_prompt(ticket, doc, line, character_utf16)
     if prepared is None or not ticket.live:
@@ -116,5 +131,6 @@ async def _warm_up(ls, snap, line: int, character_utf16: int, ticket) -> None:
         return
     ls.telemetry.count("warmup_ready")
     ls.pending_growth = plan_growth(snap, line, character_utf16, prepared)  # the user is here now
+    ls.line_after_rest = enter_at(snap, cursor)
     logger.info("%s: the prompt at %d:%d is ready (%d tokens)", snap.uri, line, character_utf16,
                 len(prepared.request.prompt_ids))

@@ -98,6 +98,32 @@ def test_what_the_editor_sends_at_open(at_open, first_events, tmp_path):
     assert replay_main(args) == 0 and read_trace(out) == events
 
 
+@pytest.mark.parametrize("source, keep_suffix", [
+    (synth.humaneval_sources([0])[0], False),                         # after the docstring's last line
+    (synth.file_source(PROJECT_FILE, start_fraction=0.5), True),      # inside a file, the rest of it kept
+    (synth.file_source(PROJECT_FILE, start_fraction=0.3), True),
+])
+def test_enter_first_starts_at_a_lines_end_with_enter(source, keep_suffix, tmp_path):
+    events = synth.synth_typing([source], seed=2, max_keystrokes=40, keep_suffix=keep_suffix, at_open="cursor",
+                                enter_first=True)
+    opened, cursor, first = events[0], events[1], next(e for e in events if e["type"] == "change")
+    lines = opened["text"].split("\n")
+    assert cursor["type"] == "cursor" and len(lines[cursor["line"]]) == cursor["character"]  # at the line's end
+    assert lines[cursor["line"]].strip()  # a line that is not blank
+    assert first["text"].startswith("\n") and first["text"][1:].strip(" \t") == ""  # Enter, then indentation
+    assert first["range"][:2] == [cursor["line"], cursor["character"]]
+    if keep_suffix:
+        assert replay_documents(events)[source.uri] == source.text
+        assert 40 <= synth.keystroke_count(events) < 40 + 120  # on to the end of the line the budget reached
+    else:
+        assert source.text.startswith(replay_documents(events)[source.uri])
+        assert synth.keystroke_count(events) == 40
+        out = tmp_path / "t.jsonl"  # the flag, through the command line
+        assert replay_main(["synth", "--humaneval", "0", "--max-keystrokes", "40", "--seed", "2", "--at-open",
+                            "cursor", "--enter-first", "--out", str(out)]) == 0
+        assert read_trace(out) == events
+
+
 @pytest.mark.parametrize("pauses, shifts_by_request", [
     ([(3, 30.0)], {0: 0, 3: 0, 4: 30.0, 9: 30.0}),               # after request 3: the 4th on is later
     ([(2, 5.0), (6, 10.0)], {2: 0, 3: 5.0, 6: 5.0, 7: 15.0}),     # pauses add up

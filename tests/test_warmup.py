@@ -262,7 +262,7 @@ async def test_a_rest_replaces_a_growth_but_waits_for_the_same_documents_next_li
         await asyncio.sleep(0.05)
         assert await count(client, "warmup_started") == 2 and server.resting_cursor.line == 5
         server.scheduler.finish(writer)
-        start_idle_work(server)  # what the writer's end runs (inline.start_next_line)
+        start_idle_work(server)  # what the writer's end runs (next_line.start_next_line)
         assert await count(client, "warmup_started") == 3
 
         writer = server.scheduler.begin_background(URI, 1, ("next_line", doc.text + "x"))

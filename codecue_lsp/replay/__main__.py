@@ -52,7 +52,7 @@ def cmd_synth(args) -> int:
                                       args.switch_every, args.seed, args.wpm)
     else:
         events = synth.synth_typing(sources, args.seed, args.wpm, args.max_keystrokes, args.keep_suffix,
-                                    args.read_first, args.at_open)
+                                    args.read_first, args.at_open, args.enter_first)
     events = synth.with_pauses(events, [synth.parse_pause(p) for p in args.pause_after or []])
     write_trace(args.out, events)
     requests = sum(1 for e in events if e["type"] == "request")
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at-open", choices=synth.AT_OPEN, default="request",
                    help="what the editor sends 0.3 s after opening a file: a completion request there (default), "
                         "the resting cursor (codecue/didMoveCursor, as the editor clients do), or nothing")
+    p.add_argument("--enter-first", action="store_true",
+                   help="the cursor starts at the end of the line before the typed region and the first keystroke "
+                        "is Enter (a click at a line's end, then a new line)")
     p.add_argument("--pause-after", action="append", metavar="N:S",
                    help="the user stops for S seconds after request N (from 0), e.g. 100:30; repeatable")
     p.add_argument("--humaneval", help="HumanEval problems (e.g. 0,3,10-12): prompt open, solution typed")

@@ -128,19 +128,29 @@ AT_OPEN = ("request", "cursor", "none")
 
 
 def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budget: int | None,
-                keep_suffix: bool, read_first: float = 0.0, at_open: str = "request") -> tuple[list[dict], float, int]:
+                keep_suffix: bool, read_first: float = 0.0, at_open: str = "request",
+                enter_first: bool = False) -> tuple[list[dict], float, int]:
     """Events typing one source from `t0`; returns (events, end time, keystrokes used). read_first: seconds
     between opening the file and the first keystroke, as a user reads before typing. at_open: what the editor sends
     0.3 s after opening, at the typing position: a completion request (as the first traces assumed), the resting
     cursor (codecue/didMoveCursor: what the clients send; editors ask for completions only as the user types),
-    or nothing."""
+    or nothing. enter_first: the cursor starts at the end of the last line that is not blank before the typed
+    region, and the first keystroke is Enter (a click at a line's end, then a new line); with keep_suffix the
+    region then also ends at a line's end."""
     text = source.text
-    end = len(text) if source.end is None else source.end
-    start = leading_whitespace(text, source.start) if (source.start == 0 or text[source.start - 1] == "\n") \
-        else source.start
+    source_end = len(text) if source.end is None else source.end
+    end = source_end
+    at_line_start = source.start == 0 or text[source.start - 1] == "\n"
+    start = leading_whitespace(text, source.start) if at_line_start else source.start
     start = min(start, end)
+    if enter_first and at_line_start and text[:start].strip():
+        start = text.find("\n", len(text[:start].rstrip()))
+    limit = budget
     if budget is not None and keep_suffix:
         end = typed_end(text, start, end, budget)
+        if enter_first and (line_end := text.find("\n", end, source_end)) >= 0:
+            end = line_end
+        limit = None  # the region holds the budget's keystrokes already
     suffix = text[end:] if keep_suffix else ""
     truth_limit = end if keep_suffix else len(text)
     uri, base = source.uri, 60.0 / (wpm * 5.0)
@@ -162,7 +172,7 @@ def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budge
     elif at_open == "cursor":
         events.append({"t": round(t, 3), "type": "cursor", "uri": uri, "line": line, "character": character})
     t += read_first
-    while offset < end and (budget is None or keystrokes < budget):
+    while offset < end and (limit is None or keystrokes < limit):
         char = text[offset]
         t += keystroke_delay(rng, base, previous, char)
         inserted = char
@@ -181,7 +191,8 @@ def type_source(source: Source, rng: random.Random, wpm: float, t0: float, budge
 
 
 def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max_keystrokes: int | None = None,
-                 keep_suffix: bool = False, read_first: float = 0.0, at_open: str = "request") -> list[dict]:
+                 keep_suffix: bool = False, read_first: float = 0.0, at_open: str = "request",
+                 enter_first: bool = False) -> list[dict]:
     rng = random.Random(seed)
     low, high = parse_wpm(wpm)
     events: list[dict] = []
@@ -190,7 +201,7 @@ def synth_typing(sources: list[Source], seed: int = 0, wpm: str = "60..120", max
         if remaining is not None and remaining <= 0:
             break
         typed, t, used = type_source(source, rng, rng.uniform(low, high), t, remaining, keep_suffix, read_first,
-                                     at_open)
+                                     at_open, enter_first)
         events += typed
         t += 2.0  # switching files
         if remaining is not None:

@@ -1,11 +1,12 @@
-"""The document the next line is written for: the suggestion taken and Enter pressed (codecue_lsp/inline.py)."""
+"""The document the next line is written for: the suggestion taken (or the cursor resting at a line's end) and Enter
+pressed (codecue_lsp/next_line.py)."""
 import asyncio
 from dataclasses import replace
 
 import pytest
 import pytest_asyncio
 
-from codecue_lsp.inline import next_line, start_next_line
+from codecue_lsp.next_line import enter_at, next_line, start_next_line
 from codecue_lsp.positions import cursor_at
 from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.text import split_cursor
@@ -35,6 +36,26 @@ def test_the_next_line_is_planned_only_where_enter_follows_the_suggestion(case, 
         return
     assert (plan.text, plan.line, plan.version, plan.uri) == (text, line, 7, "file:///w/a.py"), case
     assert plan.text.startswith(plan.end + plan.newline) and plan.end.endswith(suggestion), case
+
+
+@pytest.mark.parametrize("case, marked, text, end", [
+    ("the end of a line", "def f(a):\n    x = a█\n    return x\n", "def f(a):\n    x = a\n\n    return x\n",
+     "def f(a):\n    x = a"),
+    ("trailing blanks are the line's end too", "x = 1  █\ny = 2\n", "x = 1  \n\ny = 2\n", "x = 1  "),
+    ("the end of the document", "x = 1█", "x = 1\n", "x = 1"),
+    ("a CRLF document", "a = 1█\r\nb = 2\r\n", "a = 1\r\n\r\nb = 2\r\n", "a = 1"),
+    ("mid-line: Enter would split the line", "print(█)\n", None, None),
+    ("a blank line: the user types here", "def f():\n    █\n", None, None),
+    ("an empty line", "x = 1\n█\ny = 2\n", None, None),
+])
+def test_enter_is_planned_where_the_cursor_rests_at_the_end_of_a_line_that_is_not_blank(case, marked, text, end):
+    text_in, line, character = split_cursor(marked)
+    snap = Snapshot("file:///w/a.py", "python", 3, text_in)
+    plan = enter_at(snap, cursor_at(text_in, line, character))
+    if text is None:
+        assert plan is None, case
+        return
+    assert (plan.text, plan.end, plan.line, plan.version) == (text, end, line + 1, 3), case
 
 
 def test_taking_the_next_line_too_plans_the_one_after():
@@ -161,3 +182,78 @@ async def test_a_cursor_ahead_of_the_writer_waits_for_it(served, where):
     assert [item["insertText"] for item in items] == [expected]
     assert after["next_line_hits"] == 1 and after["next_line_ready"] == 1
     assert after["completed"] == 0 and not writer.token.is_set()  # no request of its own reached the engine
+
+
+# --- Enter at a resting cursor (warmup.py plans it once the line's own prompt is ready) ---------------------------
+def _rest_at(client, uri, line, character):
+    client.notify("codecue/didMoveCursor",
+                  {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}})
+
+
+async def _idle(client):
+    server = client.server
+    for _ in range(500):
+        await asyncio.sleep(0.02)
+        if server.scheduler.background is None and not server.background_tasks and server.resting_cursor is None:
+            return await client.stats()
+    pytest.fail("the background work did not end")
+
+
+@pytest.mark.asyncio
+async def test_a_cursor_resting_at_a_lines_end_gets_the_line_after_it_written_and_enter_finds_it(served):
+    client, server = served, served.server
+    uri = "file:///w/rest.py"
+    suggestion, written = _suggestion_with_a_next_line(server, uri)
+    server.completer.engine.forget_session(uri)  # (the search above ran this document's prompts)
+    end = DOC + suggestion
+    client.open(uri, end)
+    _rest_at(client, uri, 1, len("    total = a" + suggestion))
+    stats = await _idle(client)
+    assert (stats["warmup_ready"], stats["next_line_at_rest"], stats["next_line_ready"]) == (1, 1, 1)
+    line = server.typethrough.lookup_next(uri, end, "")
+    assert line is not None and line.startswith("\n") and line.strip()
+    written_line = line[1:]
+    indent = written_line[:len(written_line) - len(written_line.lstrip(" \t"))]
+
+    client.change(uri, 2, end + "\n" + indent)  # Enter, the editor's indentation
+    _, answer = client.complete(uri, 2, len(indent))
+    items = (await asyncio.wait_for(answer, 60))["result"]["items"]
+    after = await client.stats()
+    assert [item["insertText"] for item in items] == [written_line[len(indent):]]
+    assert after["next_line_hits"] == 1 and after["completed"] == 0  # the engine was not asked
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case, text, line, character, settings", [
+    ("mid-line", DOC + " + b", 1, len("    total = a"), {}),
+    ("a blank line", DOC + "\n    \n", 2, 4, {}),
+    ("the next line turned off", DOC + " + b", 1, len("    total = a + b"), {"next_line": False}),
+])
+async def test_no_line_is_written_after_a_rest_where_enter_is_unlikely_or_it_is_off(served, case, text, line,
+                                                                                     character, settings):
+    client, server = served, served.server
+    server.settings = replace(server.settings, **settings)
+    client.open("file:///w/rest.py", text)
+    _rest_at(client, "file:///w/rest.py", line, character)
+    stats = await _idle(client)
+    assert stats["warmup_ready"] == 1, case
+    assert stats["next_line_at_rest"] == stats["next_line_started"] == 0, case
+
+
+@pytest.mark.asyncio
+async def test_a_keystroke_after_the_rest_drops_its_planned_line(served):
+    from codecue_lsp.warmup import start_idle_work
+
+    client, server = served, served.server
+    uri = "file:///w/rest.py"
+    client.open(uri, DOC)
+    snap = server.snapshot(uri)
+    plan = enter_at(snap, cursor_at(DOC, 1, len("    total = a")))
+    server.line_after_rest = plan
+    client.change(uri, 2, DOC + " +")  # typed before the engine was free
+    start_idle_work(server)
+    assert server.line_after_rest is None and (await client.stats())["next_line_started"] == 0
+    server.line_after_rest = replace(plan, version=2)  # (the same plan, for the document as it is now)
+    start_idle_work(server)
+    assert (await client.stats())["next_line_at_rest"] == 1
+    await _idle(client)
