@@ -1,5 +1,6 @@
 """Turning what the model generated into what the editor shows: stop at the end of the line or block, drop
-text that repeats what is already after the cursor, trim whitespace, and never show whitespace alone.
+text that repeats what is already after the cursor and comments the model appended to its code, trim whitespace,
+and never show whitespace alone.
 
 `postprocess` returns text to insert AT the cursor. An inline item whose range covers the rest of the line
 (built.line_suffix) gets `replacement_text(...)`: the insertion followed by that rest of the line.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from codecue_lsp.prompt import BuiltPrompt
+from codecue_lsp.prompt.languages import line_comment
 from codecue_lsp.prompt.text import CLOSERS, bracket_depths, first_unbalanced_closer, indent_width
 
 
@@ -60,6 +62,9 @@ def cut_point(text: str, built: BuiltPrompt, final: bool = False) -> int | None:
     next_line = _next_document_line(built)
     base_depth = built.open_brackets if built.mode == "line" else 0
     closer_index = first_unbalanced_closer(text, base_depth)
+    comment = _appended_comment(lines[0][1], built) if built.mode == "line" else None
+    if comment is not None and (closer_index is None or comment < closer_index):
+        return comment  # the line's code is done: what follows is dropped anyway (drop_trailing_comment)
     for number, (start, line) in enumerate(lines):
         complete = number < len(lines) - 1 or final
         full_line = visible + line if number == 0 else line
@@ -78,6 +83,18 @@ def cut_point(text: str, built: BuiltPrompt, final: bool = False) -> int | None:
             if not starts_with_closer and indent_width(line) <= header_width:
                 return start - 1
     return None
+
+
+def _appended_comment(first_line: str, built: BuiltPrompt) -> int | None:
+    """Where a line comment starts that the model began after code it wrote on the cursor's line, if any."""
+    marker = line_comment(built.language_id)
+    if marker is None:
+        return None
+    start = comment_start(built.line_prefix + first_line, marker)
+    if start is None or start < len(built.line_prefix):
+        return None
+    start -= len(built.line_prefix)
+    return start if first_line[:start].strip() else None
 
 
 def make_stop_predicate(built: BuiltPrompt) -> Callable[[str], bool]:
@@ -107,6 +124,37 @@ def drop_line_suffix_overlap(text: str, line_suffix: str) -> str:
     return text
 
 
+def comment_start(line: str, comment: str) -> int | None:
+    """Where a line comment starts in `line`: `comment` outside string literals, at the start or after a blank."""
+    quote, index = None, 0
+    while index < len(line):
+        char = line[index]
+        if quote is not None:
+            if char == "\\":
+                index += 1  # the escaped character
+            elif char == quote:
+                quote = None
+        elif char in "'\"`":
+            quote = char
+        elif line.startswith(comment, index) and (index == 0 or line[index - 1] in " \t"):
+            return index
+        index += 1
+    return None
+
+
+def drop_trailing_comment(text: str, comment: str, line_prefix: str = "") -> str:
+    """`text` without the line comments the model appended after code it wrote on the same line (its guess at the
+    user's explanation, rarely theirs word for word). Comment lines stay, and so does a comment after the user's
+    own code (`line_prefix`, what precedes the text on its first line)."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        before = line_prefix if number == 0 else ""
+        start = comment_start(before + line, comment)
+        if start is not None and start >= len(before) and line[:start - len(before)].strip():
+            lines[number] = line[:start - len(before)].rstrip()
+    return "\n".join(lines)
+
+
 def strip_withheld_indent(text: str, built: BuiltPrompt) -> str:
     """The user already typed `built.withheld` (left out of the prompt); the completion's own indentation of
     the first line is replaced by it."""
@@ -130,6 +178,8 @@ def postprocess(completion: str, built: BuiltPrompt) -> str:
         if built.line_suffix.strip():
             return ""  # a line break in mid-line would split the user's line
         text = "\n" + text.lstrip("\n")
+    if (marker := line_comment(built.language_id)) is not None:
+        text = drop_trailing_comment(text, marker, built.line_prefix)
     text = drop_line_suffix_overlap(text, built.line_suffix)
     return text if text.strip() else ""
 

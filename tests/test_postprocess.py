@@ -1,7 +1,7 @@
 """Post-processing rules, table-driven: document with the cursor (█), raw model output, what is shown."""
 import pytest
 
-from codecue_lsp.postprocess import make_stop_predicate, postprocess, replacement_text
+from codecue_lsp.postprocess import drop_trailing_comment, make_stop_predicate, postprocess, replacement_text
 from codecue_lsp.prompt import OpenDocument, build_prompt
 from codecue_lsp.prompt.text import split_cursor
 from engine.models import FimTemplate
@@ -42,6 +42,14 @@ CASES = [
     ("python", "x = █", "   \n  ", ""),
     ("python", "x = f(█)", "\nfoo", ""),                              # no line break inside the user's line
     ("plaintext", "hello █", "world\nagain", "world"),
+    # a comment the model appends to its code is dropped; comment lines and the user's own comment stay
+    ("python", "def f(s):\n    █", "return len(s)  # the length\n", "return len(s)"),
+    ("python", "x = █", "f('#')  # why\n", "f('#')"),
+    ("python", "x = 1  █", "# the default\n", "# the default"),
+    ("python", "def f(s):\n    █", "    # check first\n    if s:  # not empty\n        pass\n\ndef g",
+     "# check first\n    if s:\n        pass"),
+    ("typescript", "const n = █", "a.length; // count\n", "a.length;"),
+    ("plaintext", "hello █", "world  # not a comment here", "world  # not a comment here"),
 ]
 
 
@@ -56,6 +64,8 @@ def test_postprocess(language, marked, completion, shown):
     ("python", "def f(x):\n    █", "    y = 1\n    return y\ndef", len("    y = 1\n    return y\nd")),
     ("javascript", "function f(a) {\n  █\n}\n", "  a();\n}", len("  a();\n}")),
     ("python", "print(█)", "a, b))", len("a, b))")),
+    ("python", "x = █", "compute(1)  # co", len("compute(1)  #")),        # the line's code is done
+    ("python", "x = █", "'a #", None),                                    # inside a string
 ])
 def test_stop_predicate_stops_at_the_first_finished_prefix(language, marked, completion, stop_after):
     stop = make_stop_predicate(built(language, marked))
@@ -68,3 +78,31 @@ def test_replacement_text_keeps_the_rest_of_the_line():
     inserted = postprocess("a, b)", prompt)
     assert replacement_text(inserted, prompt) == "a, b)"
     assert replacement_text("", prompt) == ""
+
+
+@pytest.mark.parametrize("case, line_prefix, text, shown", [
+    ("a comment after the model's code", "    ", "return len(s)  # the length", "return len(s)"),
+    ("on every line of a block", "", "a = 1  # one\nb = 2  # two", "a = 1\nb = 2"),
+    ("a comment line stays", "    ", "# TODO: handle the empty case", "# TODO: handle the empty case"),
+    ("after the user's own code: the user's comment", "x = 1", "  # the default", "  # the default"),
+    ("the user's code, then the model's code and comment", "x = ", "1  # the default", "1"),
+    ("a marker inside a string", "", "url = 'a#b'  # anchor", "url = 'a#b'"),
+    ("an escaped quote in a string", "", 'f("it\\"s #1")  # quoted', 'f("it\\"s #1")'),
+    ("inside a string the user opened", "s = 'a ", "# b'", "# b'"),
+    ("no blank before the marker: not a comment", "", "x = a#b", "x = a#b"),
+    ("nothing to drop", "", "total += value", "total += value"),
+])
+def test_a_trailing_comment_the_model_appended_is_dropped(case, line_prefix, text, shown):
+    assert drop_trailing_comment(text, "#", line_prefix) == shown, case
+
+
+@pytest.mark.parametrize("language, text, shown", [
+    ("javascript", "return a + b;  // sum", "return a + b;"),
+    ("javascript", "const url = 'http://x';", "const url = 'http://x';"),
+    ("python", "return a // b  # floor", "return a // b"),
+    ("go", "x := y // why", "x := y"),
+])
+def test_the_languages_own_comment_marker(language, text, shown):
+    from codecue_lsp.prompt.languages import comment_prefix
+
+    assert drop_trailing_comment(text, comment_prefix(language)) == shown

@@ -90,6 +90,14 @@ def comment_prefix(language_id: str) -> str:
     return _FALLBACK_COMMENTS.get((language_id or "").lower(), "//")
 
 
+def line_comment(language_id: str) -> str | None:
+    """The language's line-comment marker; None for a language not known here (plain text has none)."""
+    spec = spec_for(language_id)
+    if spec:
+        return spec.comment
+    return _FALLBACK_COMMENTS.get((language_id or "").lower())
+
+
 def uses_braces(language_id: str) -> bool:
     spec = spec_for(language_id)
     return spec.braces if spec else (language_id or "").lower() != "python"
