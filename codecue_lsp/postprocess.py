@@ -11,7 +11,7 @@ from typing import Callable
 
 from codecue_lsp.prompt import BuiltPrompt
 from codecue_lsp.prompt.languages import line_comment
-from codecue_lsp.prompt.text import CLOSERS, bracket_depths, first_unbalanced_closer, indent_width
+from codecue_lsp.prompt.text import CLOSERS, bracket_depths, comment_start, first_unbalanced_closer, indent_width
 
 
 def _lines_with_starts(text: str) -> list[tuple[int, str]]:
@@ -62,7 +62,8 @@ def cut_point(text: str, built: BuiltPrompt, final: bool = False) -> int | None:
     next_line = _next_document_line(built)
     base_depth = built.open_brackets if built.mode == "line" else 0
     closer_index = first_unbalanced_closer(text, base_depth)
-    comment = _appended_comment(lines[0][1], built) if built.mode == "line" else None
+    marker = line_comment(built.language_id) if built.mode == "line" else None
+    comment = appended_comment(lines[0][1], marker, built.line_prefix) if marker is not None else None
     if comment is not None and (closer_index is None or comment < closer_index):
         return comment  # the line's code is done: what follows is dropped anyway (drop_trailing_comment)
     for number, (start, line) in enumerate(lines):
@@ -85,16 +86,14 @@ def cut_point(text: str, built: BuiltPrompt, final: bool = False) -> int | None:
     return None
 
 
-def _appended_comment(first_line: str, built: BuiltPrompt) -> int | None:
-    """Where a line comment starts that the model began after code it wrote on the cursor's line, if any."""
-    marker = line_comment(built.language_id)
-    if marker is None:
+def appended_comment(line: str, comment: str, before: str = "") -> int | None:
+    """Where in `line` a line comment starts that the model began after code it wrote on that line, if any;
+    `before`: what precedes `line` on its document line (the user's own text)."""
+    start = comment_start(before + line, comment)
+    if start is None or start < len(before):
         return None
-    start = comment_start(built.line_prefix + first_line, marker)
-    if start is None or start < len(built.line_prefix):
-        return None
-    start -= len(built.line_prefix)
-    return start if first_line[:start].strip() else None
+    start -= len(before)
+    return start if line[:start].strip() else None
 
 
 def make_stop_predicate(built: BuiltPrompt) -> Callable[[str], bool]:
@@ -124,34 +123,15 @@ def drop_line_suffix_overlap(text: str, line_suffix: str) -> str:
     return text
 
 
-def comment_start(line: str, comment: str) -> int | None:
-    """Where a line comment starts in `line`: `comment` outside string literals, at the start or after a blank."""
-    quote, index = None, 0
-    while index < len(line):
-        char = line[index]
-        if quote is not None:
-            if char == "\\":
-                index += 1  # the escaped character
-            elif char == quote:
-                quote = None
-        elif char in "'\"`":
-            quote = char
-        elif line.startswith(comment, index) and (index == 0 or line[index - 1] in " \t"):
-            return index
-        index += 1
-    return None
-
-
 def drop_trailing_comment(text: str, comment: str, line_prefix: str = "") -> str:
     """`text` without the line comments the model appended after code it wrote on the same line (its guess at the
     user's explanation, rarely theirs word for word). Comment lines stay, and so does a comment after the user's
     own code (`line_prefix`, what precedes the text on its first line)."""
     lines = text.split("\n")
     for number, line in enumerate(lines):
-        before = line_prefix if number == 0 else ""
-        start = comment_start(before + line, comment)
-        if start is not None and start >= len(before) and line[:start - len(before)].strip():
-            lines[number] = line[:start - len(before)].rstrip()
+        start = appended_comment(line, comment, line_prefix if number == 0 else "")
+        if start is not None:
+            lines[number] = line[:start].rstrip()
     return "\n".join(lines)
 
 

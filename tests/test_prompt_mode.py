@@ -101,3 +101,16 @@ def test_typing_on_a_line_changes_only_what_follows_the_middle_marker():
 def test_middle_from_must_be_line_or_cursor():
     with pytest.raises(ValueError, match="middle_from"):
         build_prompt(OpenDocument("file:///w/x", "python", "x"), 0, 1, FIM, len, middle_from="word")
+
+
+@pytest.mark.parametrize("line, comment, code", [
+    ("x = 1  # one", "#", "x = 1  "),
+    ('x = " #"  # a marker in a string is not a comment', "#", 'x = " #"  '),
+    ("a = b // 2  # floor", "#", "a = b // 2  "),
+    ("f(); // done", "//", "f(); "),
+    ("no comment", "#", "no comment"),
+])
+def test_strip_line_comment(line, comment, code):
+    from codecue_lsp.prompt.mode import strip_line_comment
+
+    assert strip_line_comment(line, comment) == code

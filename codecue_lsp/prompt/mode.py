@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .text import indent_width, indentation, open_brackets
+from .text import comment_start, indent_width, indentation, open_brackets
 
 # A ':' under these nodes is not a block header (dict entries, slices, lambdas, annotations).
 _NOT_HEADER_PARENTS = frozenset({"pair", "dictionary", "slice", "subscript", "lambda", "lambda_parameters",
@@ -11,13 +11,9 @@ _NOT_HEADER_PARENTS = frozenset({"pair", "dictionary", "slice", "subscript", "la
 
 
 def strip_line_comment(line: str, comment: str) -> str:
-    """The line without a trailing line comment (naive about comment markers inside strings)."""
-    index = line.find(comment)
-    while index >= 0:
-        if index == 0 or line[index - 1] in " \t":
-            return line[:index]
-        index = line.find(comment, index + 1)
-    return line
+    """The line without a trailing line comment (a marker inside a string literal is not one)."""
+    index = comment_start(line, comment)
+    return line if index is None else line[:index]
 
 
 def header_opener(braces: bool) -> str:

@@ -183,3 +183,21 @@ def common_suffix_length(a: str | bytes, b: str | bytes, limit: int) -> int:
         else:
             high = mid - 1
     return low
+
+
+def comment_start(line: str, comment: str) -> int | None:
+    """Where a line comment starts in `line`: `comment` outside string literals, at the start or after a blank."""
+    quote, index = None, 0
+    while index < len(line):
+        char = line[index]
+        if quote is not None:
+            if char == "\\":
+                index += 1  # the escaped character
+            elif char == quote:
+                quote = None
+        elif char in "'\"`":
+            quote = char
+        elif line.startswith(comment, index) and (index == 0 or line[index - 1] in " \t"):
+            return index
+        index += 1
+    return None
