@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.llamacpp_probe import peer_arguments
 from engine.models import codecue_home
 
 from .health import http_client, wait_healthy  # noqa: F401 (http_client: used through this module too)
@@ -64,7 +65,7 @@ class LlamaServer:
             raise RuntimeError("llama-server is not built: run scripts/build-llama-cpp.sh")
         return [str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(port),
                 "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.ctx), "-np", "1",
-                "--temp", "0", "--top-k", "1", *self.extra_args]
+                "--temp", "0", "--top-k", "1", *peer_arguments(self.model), *self.extra_args]
 
     def start(self) -> None:
         port = free_port()

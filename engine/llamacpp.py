@@ -124,11 +124,19 @@ class LlamaCppModel:
     """One GGUF in llama.cpp: the weights, a context whose sequences are the sessions' caches, one batch buffer."""
 
     def __init__(self, path: Path | str, n_threads: int | None = None, n_ctx_per_sequence: int = N_CTX_PER_SEQUENCE,
-                 n_sequences: int = N_SEQUENCES, label: str = "model"):
+                 n_sequences: int = N_SEQUENCES, label: str = "model", extra_buffers: bool | None = None):
+        """extra_buffers: load into llama.cpp's extra buffer types (repacked weights, AMX); None: where a child
+        process ran them on this machine without crashing (engine/llamacpp_probe.py)."""
         lib = self.lib = _lib()
         _init_backend(lib)
         self.path, self.label = Path(path), label
+        if extra_buffers is None:
+            from .llamacpp_probe import extra_buffers_run
+
+            extra_buffers = extra_buffers_run(self.path) if self.path.is_file() else True
+        self.extra_buffers = extra_buffers
         params = lib.llama_model_default_params()
+        params.use_extra_bufts = extra_buffers
         self.model = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.model:
             raise ValueError(f"llama.cpp could not load {self.path} ({'; '.join(_recent_problems) or 'no reason given'})")

@@ -89,9 +89,10 @@ def build_tiny_model(vocab_size: int, layers: int, seed: int, hidden: int = 64):
     return model
 
 
-def write_gguf(model, tokenizer, path: Path | str) -> Path:
+def write_gguf(model, tokenizer, path: Path | str, linear_type: str = "F32") -> Path:
     """A transformers Qwen2 model (and its tokenizer) as an F32 GGUF that llama.cpp loads: the tensor names and
-    metadata of llama.cpp's own converter for qwen2 (no Q/K permutation: both use the NeoX rotary layout)."""
+    metadata of llama.cpp's own converter for qwen2 (no Q/K permutation: both use the NeoX rotary layout).
+    linear_type "Q8_0": the layers' linear weights quantized (the type llama.cpp repacks, AMX included)."""
     import json
 
     import gguf
@@ -138,6 +139,10 @@ def write_gguf(model, tokenizer, path: Path | str) -> Path:
             _, _, layer, rest = name.split(".", 3)  # model.layers.N.<module>.<weight|bias>
             module, kind = rest.rsplit(".", 1)
             gguf_name = f"blk.{layer}.{names[module]}.{kind}"
+        if linear_type != "F32" and gguf_name.startswith("blk.") and array.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[linear_type]
+            writer.add_tensor(gguf_name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
+            continue
         writer.add_tensor(gguf_name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

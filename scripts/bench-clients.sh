@@ -52,6 +52,9 @@ print(gguf_path(pair.target), gguf_path(pair.draft))')
 for f in "$TARGET" "$DRAFT"; do
     [[ -f "$f" ]] || { echo "bench-clients: $f missing: run codecue-models fetch" >&2; exit 1; }
 done
+# --no-repack where llama.cpp's repacked (AMX) kernels crash on this machine (engine/llamacpp_probe.py)
+PEER_ARGS="$(cd "$REPO" && "$PYTHON" -c 'import sys; from engine.llamacpp_probe import peer_arguments
+print(" ".join(peer_arguments(*sys.argv[1:])))' "$TARGET" "$DRAFT")"
 
 work="$(mktemp -d)"
 server_pid=""
@@ -80,7 +83,7 @@ llama_command() {  # N PORT: the command line, also recorded in the JSON
     local n="$1" port="$2"
     echo "$LLAMA_SERVER" -m "$TARGET" --spec-type draft-simple -md "$DRAFT" --spec-draft-n-max "$DRAFT_MAX" \
         --spec-draft-n-min 0 --spec-draft-p-min 0.5 -t "$THREADS" -tb "$THREADS" -td "$THREADS" \
-        --parallel "$n" -c $((4096 * n)) --cache-prompt --metrics --slots --host 127.0.0.1 --port "$port"
+        --parallel "$n" -c $((4096 * n)) --cache-prompt --metrics --slots --host 127.0.0.1 --port "$port" $PEER_ARGS
 }
 
 for n in $CLIENTS; do

@@ -55,12 +55,14 @@ def missing() -> list[str]:
 
 def command(port: int, threads: int | None = None) -> list[str]:
     """docs/deploy.md's llama-server recipe, one slot: the 1.5B target with the 0.5B as its draft model."""
+    from engine.llamacpp_probe import peer_arguments
+
     target, draft = pair_ggufs()
     t = str(threads or os.cpu_count() or 2)
     return [str(binary()), "-m", str(target), "--spec-type", "draft-simple", "-md", str(draft),
             "--spec-draft-n-max", "8", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.5",
             "-t", t, "-tb", t, "-td", t, "--parallel", "1", "-c", "4096", "--cache-prompt", "--metrics", "--slots",
-            "--host", "127.0.0.1", "--port", str(port)]
+            "--host", "127.0.0.1", "--port", str(port), *peer_arguments(target, draft)]
 
 
 def free_port() -> int:

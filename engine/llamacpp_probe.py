@@ -1,0 +1,150 @@
+"""Whether llama.cpp's repacked weights run on this machine, tried in a child process before the engine uses them.
+
+llama.cpp loads weights into "extra buffer types" where its CPU backend has kernels for them: the AMX buffer where
+the CPU reports AMX, else a repacked layout. Seen here (2026-12-02): an Intel Xeon (family 6 model 167) in a
+Firecracker VM reports amx_tile/amx_int8, the kernel grants the tile permission, and torch's oneDNN runs AMX there,
+but llama.cpp's AMX matmul faults at its first `ldtilecfg` (SIGSEGV) on any pass over more than one token: prefill
+and every verify pass. A crash cannot be caught in-process, so the first load of a GGUF on a machine runs a few such
+passes in a child (`python -m engine.llamacpp_probe FILE`, a few seconds) and the answer is cached in
+$CODECUE_HOME/llamacpp-probe.json, keyed by processor, kernel, llama-cpp-python version and file. Where the child
+dies, the engine loads that file without extra buffer types (llama.cpp's plain kernels, `use_extra_bufts = false`)
+and logs why. CPU flags say what could run; only running it says what does.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PROBE_WIDTHS = (1, 2, 8, 32)  # one-token (AMX's VNNI path), short verify passes and a prefill chunk (tile paths)
+PROBE_TIMEOUT_S = 300
+LOAD_FAILED = 3  # the child's exit status when the file does not load: not an answer about the kernels
+_answers: dict[str, bool] = {}
+_lock = threading.Lock()
+
+
+def cache_file(home: Path) -> Path:
+    return home / "llamacpp-probe.json"
+
+
+def probe_key(path: Path) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .calibrate import processor_name
+
+    try:
+        library = version("llama-cpp-python")
+    except PackageNotFoundError:
+        library = "unknown"
+    stat = path.stat()
+    return (f"{processor_name()} | kernel {platform.release()} | llama-cpp-python {library} | "
+            f"{path.resolve()} {stat.st_size} {int(stat.st_mtime)}")
+
+
+def extra_buffers_run(path: Path | str, home: Path | None = None) -> bool:
+    """True when llama.cpp's extra buffer types ran passes of PROBE_WIDTHS tokens on this file here without
+    crashing (asked once per machine and file; CODECUE_LLAMACPP_EXTRA_BUFFERS=1/0 answers without asking)."""
+    setting = os.environ.get("CODECUE_LLAMACPP_EXTRA_BUFFERS", "auto").strip().lower()
+    if setting in ("1", "0"):
+        return setting == "1"
+    from .models import codecue_home
+
+    path = Path(path)
+    home = home or codecue_home()
+    key = probe_key(path)
+    with _lock:
+        if key in _answers:
+            return _answers[key]
+        stored = read_answers(home)
+        if key not in stored:
+            answer = run_child(path)
+            if answer is None:  # the file did not load: the caller's own load reports why
+                return True
+            stored = read_answers(home)
+            stored[key] = answer
+            write_answers(home, stored)
+        _answers[key] = stored[key]
+        return stored[key]
+
+
+def peer_arguments(*paths: Path | str) -> list[str]:
+    """Arguments for a llama-server (the benchmark peer, the remote-engine tests) built from the same llama.cpp on
+    this machine: `--no-repack` where the probe saw its repacked kernels crash on one of these files. Without
+    llama-cpp-python to probe with: none (llama-server's own default)."""
+    from . import llamacpp
+
+    if not llamacpp.available():
+        return []
+    return [] if all(extra_buffers_run(p) for p in paths if Path(p).is_file()) else ["--no-repack"]
+
+
+def child_command(path: Path) -> list[str]:
+    return [sys.executable, "-m", "engine.llamacpp_probe", str(path)]
+
+
+def run_child(path: Path) -> bool | None:
+    """True: the passes ran; False: the child crashed, failed or hung; None: the file did not load."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run(child_command(path), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log.warning("llama.cpp: the repacked-weights probe of %s took over %d s; loading without extra buffer types",
+                    path.name, PROBE_TIMEOUT_S)
+        return False
+    if done.returncode == 0:
+        return True
+    if done.returncode == LOAD_FAILED:
+        return None
+    log.warning("llama.cpp: passes over repacked weights (extra buffer types, AMX where the CPU reports it) %s on "
+                "this machine for %s; loading it without them (llama.cpp's plain kernels)",
+                f"crashed (signal {-done.returncode})" if done.returncode < 0 else f"failed (exit {done.returncode})",
+                path.name)
+    return False
+
+
+def read_answers(home: Path) -> dict[str, bool]:
+    try:
+        data = json.loads(cache_file(home).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, bool)} if isinstance(data, dict) else {}
+
+
+def write_answers(home: Path, answers: dict[str, bool]) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = cache_file(home).with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    tmp.replace(cache_file(home))
+
+
+def main(argv=None) -> int:
+    """The child: load the file with extra buffer types and run passes of PROBE_WIDTHS tokens after a short context."""
+    from .llamacpp import LlamaCppModel
+
+    path = Path((argv or sys.argv[1:])[0])
+    try:
+        model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=256, extra_buffers=True, label="probe")
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return LOAD_FAILED
+    seq = model.take_sequence()
+    tokens = [(7 * i) % min(model.n_vocab, 1000) + 10 for i in range(sum(PROBE_WIDTHS))]
+    start = 0
+    for width in PROBE_WIDTHS:
+        model.decode(seq, start, tokens[start:start + width], "all")
+        start += width
+    model.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
