@@ -71,3 +71,18 @@ def test_bf16_speculation_keeps_the_rule():
         result = engine.complete(CompletionRequest(prompt, 24, drafter="hybrid"))
         agreement = compare(result.token_ids, reference, gaps, epsilon_for(torch.bfloat16))
         assert agreement.ok, agreement.describe()
+
+
+def test_the_demo_judges_by_the_lossless_rule():
+    """`make demo` (engine/demo.py) passes a run that differs from the target alone only where the rule allows it;
+    in fp32 with dense weights that is nowhere."""
+    from engine.demo import lossless
+
+    engine = tiny_engine("random")
+    ids = random_prompt(4)
+    plain = engine.complete(CompletionRequest(ids, 12, drafter="none")).token_ids
+    spec = engine.complete(CompletionRequest(ids, 12, drafter="draft")).token_ids
+    assert lossless(engine, ids, plain, spec).ok and lossless(engine, ids, plain, spec).identical
+    other = plain[:3] + [(plain[3] + 1) % 200 + len(STOP_IDS)] + plain[4:]
+    verdict = lossless(engine, ids, plain, other)
+    assert not verdict.ok and verdict.first_difference == 3 and verdict.gap_there > 0
