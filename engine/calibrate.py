@@ -220,6 +220,10 @@ def save(home: Path, cal: Calibration) -> None:
     tmp.replace(path)
 
 
+class CalibrationCrashed(RuntimeError):
+    """The measuring child died of a signal: measuring in the caller would kill the server the same way."""
+
+
 def calibration_for(home: Path, target_config, draft_config=None, device: str = "cpu", force: bool = False,
                     progress: bool = True, gguf_files: dict | None = None, in_process: bool = False) -> Calibration:
     """The cached table for this machine and pair, measuring it first when there is none (once per machine).
@@ -250,7 +254,8 @@ def calibration_for(home: Path, target_config, draft_config=None, device: str = 
 def measured_in_child(home: Path, target_config, draft_config, device: str, force: bool, progress: bool,
                       gguf_files: dict | None) -> Calibration | None:
     """calibration_for in a child process (`python -m engine.calibrate`), which saves the table; None (and a log
-    line) when the child fails or keys the machine differently, and the caller measures itself."""
+    line) when the child fails or keys the machine differently, and the caller measures itself. A child killed by a
+    signal (a kernel that crashes on this machine) raises CalibrationCrashed instead: no second try in the caller."""
     import subprocess
     import sys
     import tempfile
@@ -269,6 +274,12 @@ def measured_in_child(home: Path, target_config, draft_config, device: str, forc
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
         done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=None if progress else subprocess.PIPE)
+    if done.returncode < 0:
+        raise CalibrationCrashed(
+            f"calibrating the weight formats crashed this machine's child process (signal {-done.returncode}"
+            f"{': ' + done.stderr.decode(errors='replace')[-300:].strip() if done.stderr else ''}). Choose the "
+            f"formats instead of measuring them, e.g. CODECUE_TARGET_WEIGHTS=gguf CODECUE_DRAFT_WEIGHTS=int4 "
+            f"CODECUE_DTYPE=bfloat16 (README, 'Speed'), and run `codecue-models calibrate` to see it again")
     cal = load_cached(home, machine_key(device, target_config, draft_config))
     if done.returncode != 0 or cal is None:
         log.warning("calibrating in a child process failed (exit %s%s); measuring here", done.returncode,

@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from .models import PairSpec, codecue_home, gguf_file, model_config
+from .models import ModelsError, PairSpec, codecue_home, gguf_file, model_config
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +17,8 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     """Formats and dtypes to load, from explicit settings or this machine's calibration: returns
     (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here). force: measure
     again even where a table is cached (`codecue-models calibrate`)."""
-    from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, Choice, calibration_for, choose
+    from .calibrate import (ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, CalibrationCrashed, Choice, calibration_for,
+                            choose)
     from .quant import canonical_format
 
     target_weights = canonical_format(target_weights or os.environ.get("CODECUE_TARGET_WEIGHTS")
@@ -36,8 +37,12 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     with_llamacpp = dtype == "auto" and llamacpp_available()
     ggufs = {role: gguf_file(model, home) for role, model in (("target", spec.target), ("draft", spec.draft))
              if model is not None and with_llamacpp}
-    cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
-                          force=force, progress=progress, gguf_files={r: p for r, p in ggufs.items() if p is not None})
+    try:
+        cal = calibration_for(home or codecue_home(), model_config(spec.target, home), draft_config, str(device),
+                              force=force, progress=progress,
+                              gguf_files={r: p for r, p in ggufs.items() if p is not None})
+    except CalibrationCrashed as exc:
+        raise ModelsError(str(exc)) from exc
     def candidates(asked: str, formats: tuple, role: str) -> tuple:
         if asked != "auto":
             return (asked,)

@@ -169,6 +169,27 @@ def test_a_child_that_fails_leaves_the_measuring_to_the_caller(tmp_path, caplog)
     assert "child process failed" in caplog.text
 
 
+def test_a_child_that_crashes_is_not_measured_again_in_the_server(tmp_path, monkeypatch):
+    """A child killed by a signal (a kernel that crashes on this machine) is not retried in the loading process,
+    which would die the same way: the load fails with a message that names how to choose the formats instead."""
+    from engine.models import ModelsError, load_pair
+    from engine.testing import build_tiny_pair
+
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    (crash / "sitecustomize.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    home, toml = build_tiny_pair(tmp_path)
+    toml.write_text(toml.read_text().replace('target_weights = "dense"', 'target_weights = "auto"'))
+    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    monkeypatch.setenv("CODECUE_HOME", str(home))
+    monkeypatch.setenv("PYTHONPATH", str(crash))  # the child's interpreter dies as it starts
+    monkeypatch.setattr(timing, "calibrate", lambda *a, **k: pytest.fail("measured in the loading process"))
+    with pytest.raises(ModelsError, match=r"crashed .*signal 11.*CODECUE_TARGET_WEIGHTS=") as caught:
+        load_pair("tiny", device="cpu", with_draft=False)
+    assert isinstance(caught.value.__cause__, cal_mod.CalibrationCrashed)
+    assert not (home / "calibration.json").exists()
+
+
 @pytest.mark.parametrize("cpuinfo,expected", [
     ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\n"
      "processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: other\n", "AMD EPYC (family 25 model 1)"),
