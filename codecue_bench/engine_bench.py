@@ -275,8 +275,10 @@ def bench_engine(args) -> dict:
             "ms_per_completion": 1000 * t["seconds"] / len(prompts) if prompts else 0.0,
             "seconds": t["seconds"], "new_tokens": t["new_tokens"],
             "mean_accepted": (t["accepted"] + t["passes"]) / t["passes"] if t["passes"] else None,
-            # Without the prompt's prefill: the decoding itself (llama.cpp: from its own timings).
+            # The passes after the first token, as llama.cpp counts its own decoding (llama.cpp: its own timings).
             "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["split"] and t["decode_s"] > 0 else None,
+            "decode_tokens": t["decode_tokens"] if t["split"] else None,
+            "seconds_decode": t["decode_s"] if t["split"] else None,
             "seconds_prefill": t["prefill"] if t["split"] else None, "seconds_drafting": t["draft"],
             "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
             # llama.cpp computes in Q4_K_M, CodeCue in its own format: equal output is not expected there.

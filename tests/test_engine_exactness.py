@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from engine import CompletionRequest, Engine
-from engine.exactness import NEAR_TIE_EPSILON, compare, epsilon_for, reference_greedy
+from engine.exactness import (NEAR_TIE_EPSILON, compare, epsilon_for, margin_change, pass_rounding,
+                              reference_greedy)
 from engine_helpers import STOP_IDS, random_prompt, tiny_engine, tiny_model, tiny_pair
 
 # (candidate, reference, gaps, epsilon) -> (ok, identical, first_difference, near_ties)
@@ -86,3 +87,25 @@ def test_the_demo_judges_by_the_lossless_rule():
     other = plain[:3] + [(plain[3] + 1) % 200 + len(STOP_IDS)] + plain[4:]
     verdict = lossless(engine, ids, plain, other)
     assert not verdict.ok and verdict.first_difference == 3 and verdict.gap_there > 0
+
+
+
+def test_pass_rounding_is_nil_in_fp32():
+    ids = random_prompt(5)
+    assert pass_rounding(tiny_model(2, 0), ids[:-4], ids[-4:]) < 1e-4
+
+
+ALONE = [[5.0, 4.0, 1.0, 0.0, -9.0]]
+
+
+@pytest.mark.parametrize("name,together,contenders,expected", [
+    ("the same logits", ALONE, 2, 0.0),
+    ("a shift common to every logit", [[8.0, 7.0, 4.0, 3.0, -6.0]], 2, 0.0),
+    ("the runner-up closes in", [[5.0, 4.3, 1.0, 0.0, -9.0]], 2, 0.3),
+    ("the best token drops", [[4.6, 4.0, 1.0, 0.0, -9.0]], 2, 0.4),
+    ("a token below the contenders moves", [[5.0, 4.0, 1.0, 0.0, -4.0]], 2, 0.0),
+    ("... and counts once it is one", [[5.0, 4.0, 1.0, 0.0, -4.0]], 4, 5.0),
+])
+def test_margin_change(name, together, contenders, expected):
+    got = margin_change(torch.tensor(ALONE), torch.tensor(together), contenders)
+    assert got == pytest.approx(expected, abs=1e-6), name
