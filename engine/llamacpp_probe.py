@@ -74,6 +74,19 @@ def extra_buffers_run(path: Path | str, home: Path | None = None) -> bool:
         return stored[key]
 
 
+def stored_answer(path: Path | str, home: Path) -> bool | None:
+    """The cached answer for this file on this machine, without asking (None: not probed yet)."""
+    path = Path(path)
+    return read_answers(home).get(probe_key(path)) if path.is_file() else None
+
+
+def describe(ggufs: dict[str, Path | None], home: Path) -> str | None:
+    """One line for `codecue-models list` and `codecue-lsp --check`: what the probe found for each role's GGUF."""
+    said = {True: "ran", False: "crashed here, so llama.cpp's plain kernels", None: "not tried yet (first load)"}
+    parts = [f"{role} {said[stored_answer(path, home)]}" for role, path in ggufs.items() if path is not None]
+    return f"llama.cpp repacked weights (extra buffer types, AMX): {'; '.join(parts)}" if parts else None
+
+
 def peer_arguments(*paths: Path | str) -> list[str]:
     """Arguments for a llama-server (the benchmark peer, the remote-engine tests) built from the same llama.cpp on
     this machine: `--no-repack` where the probe saw its repacked kernels crash on one of these files. Without

@@ -83,3 +83,16 @@ def test_the_setting_answers_without_a_child(home, q8_gguf, monkeypatch, setting
     monkeypatch.setattr(llamacpp_probe, "run_child", lambda path: pytest.fail("asked"))
     assert llamacpp_probe.extra_buffers_run(q8_gguf) is expected
     assert llamacpp_probe.peer_arguments(q8_gguf) == ([] if expected else ["--no-repack"])
+
+
+def test_list_and_check_say_what_the_probe_found(home, q8_gguf, tmp_path, monkeypatch):
+    """`codecue-models list` and `codecue-lsp --check` print it: ran, crashed (plain kernels), or not tried yet."""
+    assert llamacpp_probe.describe({"draft": None}, home) is None
+    other = tmp_path / "other.gguf"
+    other.write_bytes(q8_gguf.read_bytes())
+    line = llamacpp_probe.describe({"target": q8_gguf, "draft": other}, home)
+    assert line.endswith("target not tried yet (first load); draft not tried yet (first load)")
+    monkeypatch.setattr(llamacpp_probe, "run_child", lambda path: path == q8_gguf)
+    llamacpp_probe.extra_buffers_run(q8_gguf), llamacpp_probe.extra_buffers_run(other)
+    line = llamacpp_probe.describe({"target": q8_gguf, "draft": other}, home)
+    assert line.endswith("target ran; draft crashed here, so llama.cpp's plain kernels")
