@@ -68,21 +68,22 @@ def extra_buffers_run(path: Path | str, home: Path | None = None) -> bool:
             if answer is None:  # the file did not load: the caller's own load reports why
                 return True
             stored = read_answers(home)
-            stored[key] = answer
+            stored[key] = {"file": str(path.resolve()), "ran": answer}
             write_answers(home, stored)
-        _answers[key] = stored[key]
-        return stored[key]
+        _answers[key] = stored[key]["ran"]
+        return _answers[key]
 
 
 def stored_answer(path: Path | str, home: Path) -> bool | None:
     """The cached answer for this file on this machine, without asking (None: not probed yet)."""
     path = Path(path)
-    return read_answers(home).get(probe_key(path)) if path.is_file() else None
+    entry = read_answers(home).get(probe_key(path)) if path.is_file() else None
+    return entry["ran"] if entry is not None else None
 
 
 def describe(ggufs: dict[str, Path | None], home: Path) -> str | None:
     """One line for `codecue-models list` and `codecue-lsp --check`: what the probe found for each role's GGUF."""
-    said = {True: "ran", False: "crashed here, so llama.cpp's plain kernels", None: "not tried yet (first load)"}
+    said = {True: "ran", False: "crashed here, so llama.cpp's plain kernels", None: "not tried yet (the first llama.cpp load of it tries)"}
     parts = [f"{role} {said[stored_answer(path, home)]}" for role, path in ggufs.items() if path is not None]
     return f"llama.cpp repacked weights (extra buffer types, AMX): {'; '.join(parts)}" if parts else None
 
@@ -124,15 +125,20 @@ def run_child(path: Path) -> bool | None:
     return False
 
 
-def read_answers(home: Path) -> dict[str, bool]:
+def read_answers(home: Path) -> dict[str, dict]:
+    """{probe key: {"file": path, "ran": bool}}; a missing or unreadable cache is empty."""
     try:
         data = json.loads(cache_file(home).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, bool)} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("ran"), bool)}
 
 
-def write_answers(home: Path, answers: dict[str, bool]) -> None:
+def write_answers(home: Path, answers: dict[str, dict]) -> None:
+    """Answers for files that no longer exist are dropped (a test suite's temporary GGUFs, a replaced model)."""
+    answers = {k: v for k, v in answers.items() if Path(str(v.get("file", ""))).is_file()}
     home.mkdir(parents=True, exist_ok=True)
     tmp = cache_file(home).with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")

@@ -37,7 +37,7 @@ def test_a_quantized_gguf_decodes_here_whatever_its_repacked_kernels_do(home, q8
     chosen = model.decode(model.take_sequence(), 0, tokens, "all")
     model.close()
     stored = json.loads(llamacpp_probe.cache_file(home).read_text())
-    assert list(stored.values()) == [model.extra_buffers]
+    assert list(stored.values()) == [{"file": str(q8_gguf.resolve()), "ran": model.extra_buffers}]
     plain = LlamaCppModel(q8_gguf, n_threads=1, n_ctx_per_sequence=256, n_sequences=1, extra_buffers=False)
     reference = plain.decode(plain.take_sequence(), 0, tokens, "all")
     plain.close()
@@ -53,13 +53,25 @@ def test_the_answer_is_asked_once_per_machine_and_file(home, q8_gguf, monkeypatc
     assert llamacpp_probe.extra_buffers_run(q8_gguf) is first
 
 
+def test_answers_for_files_that_are_gone_are_dropped(home, q8_gguf, tmp_path, monkeypatch):
+    """A test suite's temporary GGUFs do not pile up in the user's cache."""
+    monkeypatch.setattr(llamacpp_probe, "run_child", lambda path: True)
+    gone = tmp_path / "gone.gguf"
+    gone.write_bytes(q8_gguf.read_bytes())
+    llamacpp_probe.extra_buffers_run(gone)
+    gone.unlink()
+    llamacpp_probe.extra_buffers_run(q8_gguf)
+    files = [v["file"] for v in json.loads(llamacpp_probe.cache_file(home).read_text()).values()]
+    assert files == [str(q8_gguf.resolve())]
+
+
 def test_a_child_that_crashes_means_plain_kernels_and_says_why(home, q8_gguf, monkeypatch, caplog):
     crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
     monkeypatch.setattr(llamacpp_probe, "child_command", lambda path: [sys.executable, "-c", crash])
     with caplog.at_level("WARNING"):
         assert llamacpp_probe.extra_buffers_run(q8_gguf) is False
     assert f"crashed (signal {int(signal.SIGSEGV)})" in caplog.text and "q8.gguf" in caplog.text
-    assert list(json.loads(llamacpp_probe.cache_file(home).read_text()).values()) == [False]
+    assert [v["ran"] for v in json.loads(llamacpp_probe.cache_file(home).read_text()).values()] == [False]
     model = LlamaCppModel(q8_gguf, n_threads=1, n_ctx_per_sequence=256, n_sequences=1)
     assert model.extra_buffers is False
     model.close()
@@ -91,7 +103,7 @@ def test_list_and_check_say_what_the_probe_found(home, q8_gguf, tmp_path, monkey
     other = tmp_path / "other.gguf"
     other.write_bytes(q8_gguf.read_bytes())
     line = llamacpp_probe.describe({"target": q8_gguf, "draft": other}, home)
-    assert line.endswith("target not tried yet (first load); draft not tried yet (first load)")
+    assert line.endswith("target not tried yet (the first llama.cpp load of it tries); draft not tried yet (the first llama.cpp load of it tries)")
     monkeypatch.setattr(llamacpp_probe, "run_child", lambda path: path == q8_gguf)
     llamacpp_probe.extra_buffers_run(q8_gguf), llamacpp_probe.extra_buffers_run(other)
     line = llamacpp_probe.describe({"target": q8_gguf, "draft": other}, home)
