@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from codecue_lsp.prompt.text import split_cursor
+from engine.llamacpp_probe import peer_arguments
 from lsp_helpers import change_doc, complete, items_of, open_doc, running_server, wait_for_stats
 from test_prompt_injection import EVERY_MARKER, FIB_WITH_MARKERS
 from test_remote_endpoints import free_port
@@ -35,8 +36,10 @@ def llama(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
     with open(log, "wb") as out:
+        # --no-repack where llama.cpp's repacked (AMX) kernels crash on this machine (engine/llamacpp_probe.py)
         proc = subprocess.Popen([str(LLAMA_SERVER), "-m", str(GGUF), "-t", "1", "-c", "2048", "-np", "1", "--slots",
-                                 "--host", "127.0.0.1", "--port", str(port)], stdout=out, stderr=subprocess.STDOUT)
+                                 "--host", "127.0.0.1", "--port", str(port), *peer_arguments(GGUF)],
+                                stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + HANG_GUARD_S
