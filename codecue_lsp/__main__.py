@@ -103,8 +103,12 @@ def check(settings) -> int:
     if pair.calibration is not None:
         from engine.calibrate import format_table
 
+        from engine.llamacpp_probe import pair_line
+        from engine.models import codecue_home
+
         print(format_table(pair.calibration, pair.choice))
-        print_llamacpp_probe(pair)
+        if line := pair_line(pair.spec, codecue_home()):
+            print(line)
     rate = completer.engine.prefill_tokens_per_s
     total, cold = completer.prompt_tokens(settings), completer.cold_prompt_tokens(settings)
     print(f"prompts: at most {total} tokens (promptTokens {settings.prompt_tokens}"
@@ -127,19 +131,6 @@ def check(settings) -> int:
     print(f"completion: {text!r}")
     completer.engine.close()
     return 0
-
-
-def print_llamacpp_probe(pair) -> None:
-    """What llama.cpp's repacked-weights probe found for the pair's GGUF files (engine/llamacpp_probe.py)."""
-    from engine.llamacpp import available
-    from engine.llamacpp_probe import describe
-    from engine.models import codecue_home, gguf_file
-
-    if available():
-        specs = {"target": pair.spec.target, "draft": pair.spec.draft}
-        line = describe({role: gguf_file(spec) for role, spec in specs.items() if spec is not None}, codecue_home())
-        if line:
-            print(line)
 
 
 def check_remote(settings) -> int:

@@ -220,6 +220,12 @@ def save(home: Path, cal: Calibration) -> None:
     tmp.replace(path)
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a measuring child (`python -m engine...`): this checkout first on its path."""
+    root = Path(__file__).resolve().parent.parent
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+
+
 class CalibrationCrashed(RuntimeError):
     """The measuring child died of a signal: measuring in the caller would kill the server the same way."""
 
@@ -271,9 +277,7 @@ def measured_in_child(home: Path, target_config, draft_config, device: str, forc
             cmd += [f"--{role}-gguf", str(path)]
         cmd += ["--force"] if force else []
         cmd += [] if progress else ["--quiet"]
-        root = Path(__file__).resolve().parent.parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=None if progress else subprocess.PIPE)
+        done = subprocess.run(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=None if progress else subprocess.PIPE)
     if done.returncode < 0:
         raise CalibrationCrashed(
             f"calibrating the weight formats crashed this machine's child process (signal {-done.returncode}"

@@ -133,7 +133,7 @@ class LlamaCppModel:
         if extra_buffers is None:
             from .llamacpp_probe import extra_buffers_run
 
-            extra_buffers = extra_buffers_run(self.path) if self.path.is_file() else True
+            extra_buffers = extra_buffers_run(self.path)
         self.extra_buffers = extra_buffers
         params = lib.llama_model_default_params()
         params.use_extra_bufts = extra_buffers

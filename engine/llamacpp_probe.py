@@ -57,6 +57,8 @@ def extra_buffers_run(path: Path | str, home: Path | None = None) -> bool:
     from .models import codecue_home
 
     path = Path(path)
+    if not path.is_file():
+        return True  # nothing to try: the caller's own load says what is missing
     home = home or codecue_home()
     key = probe_key(path)
     with _lock:
@@ -83,9 +85,21 @@ def stored_answer(path: Path | str, home: Path) -> bool | None:
 
 def describe(ggufs: dict[str, Path | None], home: Path) -> str | None:
     """One line for `codecue-models list` and `codecue-lsp --check`: what the probe found for each role's GGUF."""
-    said = {True: "ran", False: "crashed here, so llama.cpp's plain kernels", None: "not tried yet (the first llama.cpp load of it tries)"}
+    said = {True: "ran", False: "crashed here, so llama.cpp's plain kernels",
+            None: "not tried yet (the first llama.cpp load of it tries)"}
     parts = [f"{role} {said[stored_answer(path, home)]}" for role, path in ggufs.items() if path is not None]
     return f"llama.cpp repacked weights (extra buffer types, AMX): {'; '.join(parts)}" if parts else None
+
+
+def pair_line(spec, home: Path) -> str | None:
+    """`describe` for a model pair's GGUF files (a models.PairSpec); None without llama-cpp-python."""
+    from . import llamacpp
+    from .models import gguf_file
+
+    if not llamacpp.available():
+        return None
+    return describe({role: gguf_file(model, home) for role, model in (("target", spec.target), ("draft", spec.draft))
+                     if model is not None}, home)
 
 
 def peer_arguments(*paths: Path | str) -> list[str]:
@@ -96,7 +110,7 @@ def peer_arguments(*paths: Path | str) -> list[str]:
 
     if not llamacpp.available():
         return []
-    return [] if all(extra_buffers_run(p) for p in paths if Path(p).is_file()) else ["--no-repack"]
+    return [] if all(extra_buffers_run(p) for p in paths) else ["--no-repack"]
 
 
 def child_command(path: Path) -> list[str]:
@@ -105,10 +119,10 @@ def child_command(path: Path) -> list[str]:
 
 def run_child(path: Path) -> bool | None:
     """True: the passes ran; False: the child crashed, failed or hung; None: the file did not load."""
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    from .calibrate import child_env
+
     try:
-        done = subprocess.run(child_command(path), env=env,
+        done = subprocess.run(child_command(path), env=child_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         log.warning("llama.cpp: the repacked-weights probe of %s took over %d s; loading without extra buffer types",

@@ -87,13 +87,10 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
         extra = ("llamacpp",) if llamacpp_available() else ()  # its rows exist only where its GGUF was timed
         choice = choose(cal, TARGET_FORMATS + extra, DRAFT_FORMATS + extra)
     print("  " + format_table(cal, choice).replace("\n", "\n  "))
-    if llamacpp_available():
-        from .llamacpp_probe import describe
-        from .models import gguf_file
+    from .llamacpp_probe import pair_line
 
-        line = describe({role: gguf_file(spec, home) for role, spec in pair_models(pair)}, home)
-        if line:
-            print(f"  {line}")
+    if line := pair_line(pair, home):
+        print(f"  {line}")
     return True
 
 
