@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .quant import Int4Linear, Int8Linear, quantize_groups_int4
+from .quant import Int4Linear, Int8Linear, quantize_groups_int4, quantize_rows_int8
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,29 @@ def dequantize(tensor) -> np.ndarray:
 
 def linear_from_gguf(tensor, dense: torch.Tensor | None, bias: torch.Tensor | None, fallback: str,
                      dtype: torch.dtype) -> nn.Module:
-    """One GGUF weight as a quantized linear layer. Q4_K: exact int4; other types: `fallback` ("int8" or "int4")
+    """One GGUF weight as a quantized linear layer. Q4_K: exact int4; other types: `fallback` ("int8" or "int4";
+    "vnni": the vnni kernel's layers, Q4_K exact and the rest int8 per channel)
     of `dense` (the same weights, already dequantized), or of gguf-py's dequantization when dense is None."""
     from gguf import GGMLQuantizationType
 
     cols, rows = int(tensor.shape[0]), int(tensor.shape[1])  # GGUF lists the fastest dimension (in_features) first
     if tensor.tensor_type == GGMLQuantizationType.Q4_K:
         q, scale, minimum = q4k_to_affine(tensor.data, rows, cols)
+        if fallback == "vnni":
+            from .vnni import VnniLinear
+
+            return VnniLinear.from_int4(torch.from_numpy(q), torch.from_numpy(scale), torch.from_numpy(minimum), 32,
+                                        bias, dtype)
         scale_t = torch.from_numpy(scale)
         zero = 8 * scale_t - torch.from_numpy(minimum)
         return Int4Linear(torch.from_numpy(q).to(torch.int32), scale_t, zero, 32, bias, dtype)
     weight = dense.float() if dense is not None else torch.from_numpy(dequantize(tensor))
     if fallback == "int4" and cols % 32 == 0:
         return Int4Linear(*quantize_groups_int4(weight, 32), 32, bias, dtype)
+    if fallback == "vnni":
+        from .vnni import VnniLinear
+
+        return VnniLinear.from_int8(*quantize_rows_int8(weight), bias, dtype)
     return Int8Linear.from_weight(weight, bias, dtype)
 
 

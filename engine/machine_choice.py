@@ -25,6 +25,13 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
                                       or spec.target_weights)
     draft_weights = canonical_format(draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights)
     dtype = dtype or os.environ.get("CODECUE_DTYPE") or spec.activations
+    if "vnni" in (target_weights, draft_weights) and device.type == "cpu":
+        from . import vnni
+
+        if draft_weights == "vnni" or not vnni.offered():
+            raise ModelsError("weight format vnni is for the target, on a CPU with AVX-512 VNNI where its kernel "
+                              "builds (a C++ compiler; engine/vnni.py): not here. Choose another format with "
+                              "CODECUE_TARGET_WEIGHTS / CODECUE_DRAFT_WEIGHTS, or `auto`")
     if device.type == "cuda":
         act = "bfloat16" if dtype == "auto" else dtype
         return Choice("dense", act, "dense" if spec.draft else None, act if spec.draft else None, spec.draft is not None), None
@@ -44,6 +51,8 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     except CalibrationCrashed as exc:
         raise ModelsError(str(exc)) from exc
     def candidates(asked: str, formats: tuple, role: str) -> tuple:
+        if asked == "vnni":
+            return formats  # not calibrated (below): the calibration still chooses the draft
         if asked != "auto":
             return (asked,)
         return formats + (("llamacpp",) if ggufs.get(role) is not None else ())
@@ -52,6 +61,11 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
                     ACTIVATIONS if dtype == "auto" else (dtype,))
     if draft_weights != "auto" and spec.draft:
         choice.draft_model = True  # asked for by name: load it even where it does not pay
+    if target_weights == "vnni":
+        # Asked for by name only: the calibration does not time it (a kernel build on every VNNI machine for a
+        # format that lost to llama.cpp where measured, docs/benchmarks.md); pass costs are learned online.
+        choice.target_weights, choice.target_activations = "vnni", "bfloat16" if dtype == "auto" else dtype
+        choice.target_prefill_dense = choice.target_prefill_torch = False
     return choice, cal
 
 

@@ -7,6 +7,8 @@ from it (engine/calibrate.py measures both on the machine at hand):
 - "gguf":  the GGUF file's own numbers: Q4_K tensors as int4 group 32 (exact), 6-bit and other tensors as int8 per
            channel (engine/gguf_weights.py). Closest to what llama.cpp computes.
 - "int4":  like "gguf" but every tensor in int4 group 32 (the Q6_K output head too): fastest, a little lossier.
+- "vnni":  the same numbers as "gguf" through CodeCue's own AVX-512 VNNI kernel (engine/vnni.py), activations
+           quantized to int8 like llama.cpp's: a verify pass of up to 8 tokens reads and unpacks the weights once.
 The quantized CPU kernels have a fast path for bf16 activations only (3-4x slower than fp32 F.linear with fp32
 activations on the AVX2 EPYC, shared/facts.md): that is why the format and the activation dtype are measured together.
 Lossless speculation is defined against the target in its own format: the draft's format only changes what is
@@ -22,9 +24,9 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-WEIGHT_FORMATS = ("dense", "int8", "gguf", "int4")
+WEIGHT_FORMATS = ("dense", "int8", "gguf", "int4", "vnni")
 FORMAT_ALIASES = {"bf16": "dense", "fp32": "dense", "float": "dense", "q4_k": "gguf"}
-GGUF_FORMATS = ("gguf", "int4")  # formats read from the GGUF file
+GGUF_FORMATS = ("gguf", "int4", "vnni")  # formats read from the GGUF file
 
 
 def canonical_format(name: str) -> str:
@@ -172,6 +174,21 @@ def quantize_int4(model: nn.Module, group: int = 32) -> nn.Module:
     return replace_linears(model, make)
 
 
+def quantize_vnni(model: nn.Module, group: int = 32) -> nn.Module:
+    """The "gguf" mix for the vnni kernel from dense weights: int4 group 32, the output head int8 per channel."""
+    from .vnni import VnniLinear
+
+    head = getattr(model, "lm_head", None)
+
+    def make(linear: nn.Linear) -> nn.Module:
+        bias = linear.bias.detach() if linear.bias is not None else None
+        if linear is head or linear.in_features % group:
+            return VnniLinear.from_int8(*quantize_rows_int8(linear.weight.detach()), bias, linear.weight.dtype)
+        q, scale, zero = quantize_groups_int4(linear.weight.detach(), group)
+        return VnniLinear.from_int4(q, scale, 8 * scale - zero, group, bias, linear.weight.dtype)
+    return replace_linears(model, make)
+
+
 def apply_weight_format(model: nn.Module, weight_format: str, device, gguf_file: Path | None = None) -> nn.Module:
     """Swap in `weight_format`. GGUF formats read the quantized tensors from gguf_file; without it (a model that
     has no GGUF, e.g. the tiny test models) they quantize the dense weights to the same grids."""
@@ -188,8 +205,10 @@ def apply_weight_format(model: nn.Module, weight_format: str, device, gguf_file:
     if gguf_file is not None:
         from .gguf_weights import apply_gguf_weights
 
-        apply_gguf_weights(model, Path(gguf_file), "int8" if weight_format == "gguf" else "int4", dtype)
+        apply_gguf_weights(model, Path(gguf_file), {"gguf": "int8"}.get(weight_format, weight_format), dtype)
         return model
+    if weight_format == "vnni":
+        return quantize_vnni(model)
     if weight_format == "gguf":  # the same mix as a Q4_K_M file: int4 weights, int8 output head
         head = getattr(model, "lm_head", None)
         if isinstance(head, nn.Linear):
@@ -204,14 +223,21 @@ def format_cache_file(model_dir: Path, weight_format: str, dtype: torch.dtype) -
     return model_dir / "formats" / f"{weight_format}-{str(dtype).replace('torch.', '')}-{tag}.safetensors"
 
 
+def layer_layout(m: nn.Module) -> dict:
+    if isinstance(m, Int4Linear):
+        return {"kind": "int4", "group": m.group, "in_features": m.in_features}
+    if isinstance(m, Int8Linear):
+        return {"kind": "int8"}
+    return {"kind": "vnni", "bits": m.bits, "group": m.group, "in_features": m.in_features,
+            "out_features": m.out_features}
+
+
 def save_formatted(model: nn.Module, path: Path) -> None:
     import json
 
     from safetensors.torch import save_file
 
-    layout = {name: ({"kind": "int4", "group": m.group, "in_features": m.in_features} if isinstance(m, Int4Linear)
-                     else {"kind": "int8"})
-              for name, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+    layout = {name: layer_layout(m) for name, m in model.named_modules() if isinstance(m, QuantizedLinear)}
     state, seen = {}, set()
     for name, tensor in model.state_dict().items():
         if tensor.data_ptr() in seen:
@@ -240,7 +266,15 @@ def load_formatted(model: nn.Module, path: Path) -> nn.Module:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         bias = state.get(f"{name}.bias")
-        if info["kind"] == "int4":
+        if info["kind"] == "vnni":
+            from .vnni import VnniLinear
+
+            for key in (f"{name}.d", f"{name}.m"):  # float bits held in int32 (engine/vnni.py: block_params)
+                state[key] = state[key].view(torch.int32)
+            layer = VnniLinear(state[f"{name}.packed"], state[f"{name}.d"], state[f"{name}.m"], info["bits"],
+                               info["group"], info["out_features"], info["in_features"], bias, bias.dtype
+                               if bias is not None else torch.float32)
+        elif info["kind"] == "int4":
             layer = Int4Linear.from_packed(state[f"{name}.packed"], state[f"{name}.scales_and_zeros"], info["group"],
                                            info["in_features"], bias)
         else:

@@ -1,0 +1,220 @@
+// Weight-only 4-/8-bit linear layer with int8 activations for AVX-512 VNNI (engine/vnni.py builds and calls it).
+//
+// Why: on 2 cores the quantized kernels of torch and llama.cpp are compute-bound past one or two tokens a pass
+// (a 9-token verify costs 3-4x a one-token pass), so checking drafts costs almost what decoding them would. Here
+// the weights of 16 output channels are unpacked once and multiplied into every token of the pass
+// (`vpdpbusd`, u8 weights x s8 activations, 4 products per lane), so a pass of up to 8 tokens reads and unpacks the
+// weights once, and a token's result never depends on what else is in the pass (same integer sums, same order of
+// float operations): a verify pass computes each row exactly as a one-token pass would.
+//
+// Layout of `packed` (uint8), per block of 16 output channels:
+//   4-bit: [K/8][64], byte 4c+j holds w[c][8o+j] in its low nibble and w[c][8o+4+j] in its high nibble (o: octet);
+//   8-bit: [K/4][64], byte 4c+j holds w[c][4o+j] as an unsigned byte.
+// A weight is d*q - m, with q the unsigned stored number; d and m are float [N/16][K/G][16] (one per group of G
+// input columns) or [N/16][16] (per channel), passed as int32 tensors holding the floats' bits, so that a
+// `model.to(dtype)` leaves them alone. Activations are quantized per row and per group of G columns to
+// int8 (scale = max|x|/127), so sum(w*x) over a group = s*(d*dot(q, a) - m*sum(a)).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define CODECUE_VNNI 1
+#else
+#define CODECUE_VNNI 0
+#endif
+
+namespace {
+
+constexpr int kBlock = 16;   // output channels per block
+constexpr int kMaxRows = 8;  // tokens multiplied per unpacked block (registers: 2 accumulators per row)
+
+struct Weights {
+  const uint8_t* packed;
+  const float* d;
+  const float* m;
+  int64_t K, G, bits;
+  bool per_channel;
+  int64_t block_bytes() const { return K * kBlock * bits / 8; }
+  int64_t groups() const { return K / G; }
+  const float* d_at(int64_t b, int64_t g) const { return per_channel ? d + b * kBlock : d + (b * groups() + g) * kBlock; }
+  const float* m_at(int64_t b, int64_t g) const { return per_channel ? m + b * kBlock : m + (b * groups() + g) * kBlock; }
+};
+
+struct Acts {
+  const int8_t* q;   // [M][K]
+  const float* s1;   // [M][K/G]: the group's scale
+  const float* s2;   // [M][K/G]: scale * sum of the group's quantized activations
+  int64_t K, groups;
+};
+
+inline int32_t load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+#if CODECUE_VNNI
+template <int R, int BITS>
+void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* out, int64_t ldo) {
+  __m512 accf[R];
+  for (int r = 0; r < R; ++r) accf[r] = _mm512_setzero_ps();
+  const uint8_t* wp = w.packed + b * w.block_bytes();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t g = 0; g < a.groups; ++g) {
+    // Two integer sums per row (even and odd steps): twice the independent `vpdpbusd` chains in flight.
+    __m512i acc0[R], acc1[R];
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
+    const int64_t k0 = g * w.G, k1 = k0 + w.G;
+    if (BITS == 4) {
+      for (int64_t k = k0; k < k1; k += 8) {
+        const __m512i chunk = _mm512_loadu_si512(wp + (k / 8) * 64);
+        const __m512i lo = _mm512_and_si512(chunk, low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* ar = a.q + (r0 + r) * a.K + k;
+          acc0[r] = _mm512_dpbusd_epi32(acc0[r], lo, _mm512_set1_epi32(load4(ar)));
+          acc1[r] = _mm512_dpbusd_epi32(acc1[r], hi, _mm512_set1_epi32(load4(ar + 4)));
+        }
+      }
+    } else {
+      for (int64_t k = k0; k < k1; k += 8) {
+        const __m512i w0 = _mm512_loadu_si512(wp + (k / 4) * 64);
+        const __m512i w1 = _mm512_loadu_si512(wp + (k / 4 + 1) * 64);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* ar = a.q + (r0 + r) * a.K + k;
+          acc0[r] = _mm512_dpbusd_epi32(acc0[r], w0, _mm512_set1_epi32(load4(ar)));
+          acc1[r] = _mm512_dpbusd_epi32(acc1[r], w1, _mm512_set1_epi32(load4(ar + 4)));
+        }
+      }
+    }
+    const __m512 dv = _mm512_loadu_ps(w.d_at(b, g));
+    const __m512 mv = _mm512_loadu_ps(w.m_at(b, g));
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = (r0 + r) * a.groups + g;
+      accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc0[r], acc1[r])), _mm512_mul_ps(dv, _mm512_set1_ps(a.s1[i])), accf[r]);
+      accf[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(a.s2[i]), accf[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (r0 + r) * ldo + b * kBlock, accf[r]);
+}
+
+template <int BITS>
+void block_tile(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows, float* out, int64_t ldo) {
+  switch (rows) {
+    case 1: block_rows<1, BITS>(w, a, b, r0, out, ldo); break;
+    case 2: block_rows<2, BITS>(w, a, b, r0, out, ldo); break;
+    case 3: block_rows<3, BITS>(w, a, b, r0, out, ldo); break;
+    case 4: block_rows<4, BITS>(w, a, b, r0, out, ldo); break;
+    case 5: block_rows<5, BITS>(w, a, b, r0, out, ldo); break;
+    case 6: block_rows<6, BITS>(w, a, b, r0, out, ldo); break;
+    case 7: block_rows<7, BITS>(w, a, b, r0, out, ldo); break;
+    default: block_rows<8, BITS>(w, a, b, r0, out, ldo); break;
+  }
+}
+#endif
+
+// The same arithmetic one lane at a time, for CPUs without AVX-512 VNNI (tests; the calibration never picks it).
+void block_tile_scalar(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows, float* out, int64_t ldo) {
+  const uint8_t* wp = w.packed + b * w.block_bytes();
+  for (int r = 0; r < rows; ++r) {
+    const int8_t* ar = a.q + (r0 + r) * a.K;
+    for (int c = 0; c < kBlock; ++c) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < a.groups; ++g) {
+        int32_t dot = 0;
+        for (int64_t k = g * w.G; k < (g + 1) * w.G; ++k) {
+          int32_t q;
+          if (w.bits == 4) {
+            const uint8_t byte = wp[(k / 8) * 64 + 4 * c + (k % 4)];
+            q = (k % 8) < 4 ? (byte & 0x0F) : (byte >> 4);
+          } else {
+            q = wp[(k / 4) * 64 + 4 * c + (k % 4)];
+          }
+          dot += q * static_cast<int32_t>(ar[k]);
+        }
+        const int64_t i = (r0 + r) * a.groups + g;
+        acc = std::fma(static_cast<float>(dot), w.d_at(b, g)[c] * a.s1[i], acc);
+        acc = std::fma(-w.m_at(b, g)[c], a.s2[i], acc);
+      }
+      out[(r0 + r) * ldo + b * kBlock + c] = acc;
+    }
+  }
+}
+
+void quantize_rows(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* s1, float* s2) {
+  const int64_t groups = K / G;
+  for (int64_t r = 0; r < M; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = x + r * K + g * G;
+      int8_t* qg = q + r * K + g * G;
+      float amax = 0.0f;
+      for (int64_t k = 0; k < G; ++k) amax = std::fmax(amax, std::fabs(xg[k]));
+      const float scale = amax / 127.0f;
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < G; ++k) {
+        const int32_t v = static_cast<int32_t>(std::nearbyint(xg[k] * inv));
+        qg[k] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      s1[r * groups + g] = scale;
+      s2[r * groups + g] = scale * static_cast<float>(sum);
+    }
+  }
+}
+
+}  // namespace
+
+bool has_vnni() { return CODECUE_VNNI; }
+
+// x: [M, K] (any float dtype); returns [M, N] float32.
+torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, torch::Tensor m, int64_t N,
+                     int64_t G, int64_t bits, bool per_channel, bool use_simd) {
+  TORCH_CHECK(x.dim() == 2, "x must be [tokens, in_features]");
+  TORCH_CHECK(bits == 4 || bits == 8, "bits must be 4 or 8");
+  const int64_t M = x.size(0), K = x.size(1);
+  TORCH_CHECK(K % G == 0 && G % 8 == 0, "in_features must be a multiple of the group, the group of 8");
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  TORCH_CHECK(packed.numel() == blocks * K * kBlock * bits / 8, "packed weights do not match the shape");
+  auto xf = x.to(torch::kFloat32).contiguous();
+  auto q = torch::empty({M, K}, torch::kInt8);
+  auto s1 = torch::empty({M, K / G}, torch::kFloat32);
+  auto s2 = torch::empty({M, K / G}, torch::kFloat32);
+  quantize_rows(xf.data_ptr<float>(), M, K, G, q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>());
+  const int64_t ldo = blocks * kBlock;
+  auto out = torch::empty({M, ldo}, torch::kFloat32);
+  TORCH_CHECK(d.scalar_type() == torch::kInt32 && m.scalar_type() == torch::kInt32, "d and m must be float bits in int32");
+  const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const float*>(d.data_ptr<int32_t>()),
+                  reinterpret_cast<const float*>(m.data_ptr<int32_t>()), K, G, bits, per_channel};
+  const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), K, K / G};
+  float* o = out.data_ptr<float>();
+  const bool simd = use_simd && CODECUE_VNNI;
+  const int64_t tiles = (M + kMaxRows - 1) / kMaxRows;
+  const int64_t per_tile = (M + tiles - 1) / tiles;  // 9 rows: 5 + 4, not 8 + 1
+  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t r0 = 0; r0 < M; r0 += per_tile) {
+        const int rows = static_cast<int>(std::min<int64_t>(per_tile, M - r0));
+#if CODECUE_VNNI
+        if (simd) {
+          if (bits == 4) block_tile<4>(w, a, b, r0, rows, o, ldo);
+          else block_tile<8>(w, a, b, r0, rows, o, ldo);
+          continue;
+        }
+#endif
+        block_tile_scalar(w, a, b, r0, rows, o, ldo);
+      }
+    }
+  });
+  return ldo == N ? out : out.narrow(1, 0, N).contiguous();
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.def("has_vnni", &has_vnni, "compiled with AVX-512 VNNI");
+  mod.def("linear", &linear, "weight-only 4/8-bit linear with int8 activations");
+}

@@ -1,0 +1,132 @@
+"""The "vnni" weight format: the GGUF's 4-bit (and 8-bit) weights through CodeCue's own AVX-512 VNNI kernel.
+
+torch's and llama.cpp's quantized kernels are compute-bound past one or two tokens a pass on 2 cores, so a verify
+pass of K+1 tokens costs nearly K+1 one-token passes and speculation cannot pay. engine/kernels/vnni_linear.cpp
+unpacks each block of 16 output channels once and multiplies it into every token of the pass with `vpdpbusd`,
+activations quantized to int8 per group of input columns (like llama.cpp's Q8_K). A row's result does not depend
+on the other rows of the pass: a verify pass computes each token exactly as a one-token pass does.
+
+The kernel is compiled on first use for this CPU (`-march=native`, torch's C++ extension build, ~1 minute) and
+cached under $CODECUE_HOME/extensions. Where the compiler does not target AVX-512 VNNI the format is not offered
+(`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from .quant import QuantizedLinear
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).parent / "kernels" / "vnni_linear.cpp"
+BLOCK = 16  # output channels per block (one 512-bit register of int32 sums)
+INT8_GROUP = 128  # activation group of the 8-bit layers (their weights have one scale per channel)
+
+
+class KernelUnavailable(RuntimeError):
+    pass
+
+
+@lru_cache(maxsize=1)
+def kernel():
+    """The compiled extension (built once per machine and torch version, then loaded from the cache)."""
+    from torch.utils import cpp_extension
+
+    from .models import codecue_home
+
+    build = codecue_home() / "extensions" / f"vnni-{torch.__version__}".replace("+", "_")
+    build.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load(
+            name="codecue_vnni_linear", sources=[str(SOURCE)], build_directory=str(build),
+            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+            verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
+    except Exception as exc:  # no compiler, no ninja, a compile error
+        raise KernelUnavailable(f"the vnni kernel could not be built ({exc})") from exc
+
+
+def available() -> bool:
+    """The kernel builds here and was compiled for AVX-512 VNNI."""
+    try:
+        return bool(kernel().has_vnni())
+    except KernelUnavailable as exc:
+        log.info("%s", exc)
+        return False
+
+
+def offered() -> bool:
+    """CPU flags shortlist (no compile where the CPU lacks AVX-512 VNNI); the build itself decides."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags and "avx512bw" in flags and available()
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """q: [N, K] integers in 0..15 -> uint8 [N/16 blocks, K/8, 64] in the kernel's layout (N padded with zeros)."""
+    n, k = q.shape
+    q = _pad_rows(q.to(torch.uint8), BLOCK)
+    blocks = q.reshape(-1, BLOCK, k // 8, 2, 4).permute(0, 2, 1, 4, 3)  # [b, octet, channel, j, low/high half]
+    return (blocks[..., 0] | (blocks[..., 1] << 4)).reshape(-1, k // 8, 64).contiguous()
+
+
+def pack_uint8(q: torch.Tensor) -> torch.Tensor:
+    """q: [N, K] integers in 0..255 -> uint8 [N/16 blocks, K/4, 64]."""
+    n, k = q.shape
+    q = _pad_rows(q.to(torch.uint8), BLOCK)
+    return q.reshape(-1, BLOCK, k // 4, 4).permute(0, 2, 1, 3).reshape(-1, k // 4, 64).contiguous()
+
+
+def block_params(values: torch.Tensor) -> torch.Tensor:
+    """Per channel [N] or per group [N, K/G] -> [N/16, 16] or [N/16, K/G, 16] float32, as int32 bits: an integer
+    buffer keeps its precision through `model.to(torch.bfloat16)`."""
+    values = _pad_rows(values.float(), BLOCK)
+    if values.dim() == 1:
+        return values.reshape(-1, BLOCK).contiguous().view(torch.int32)
+    return values.reshape(-1, BLOCK, values.shape[1]).transpose(1, 2).contiguous().view(torch.int32)
+
+
+def _pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:
+    extra = -t.shape[0] % multiple
+    return torch.cat([t, t.new_zeros((extra, *t.shape[1:]))]) if extra else t
+
+
+class VnniLinear(QuantizedLinear):
+    """w = d·q − m with q unsigned (4-bit per group of 32, or 8-bit per channel), through the vnni kernel."""
+
+    def __init__(self, packed, d, m, bits: int, group: int, out_features: int, in_features: int, bias, dtype):
+        super().__init__()
+        self.out_features, self.in_features, self.bits, self.group = out_features, in_features, bits, group
+        self.per_channel = d.dim() == 2
+        self.use_simd = True
+        d, m = (t.view(torch.int32) if t.dtype == torch.float32 else t for t in (d, m))
+        self.register_buffer("packed", packed)
+        self.register_buffer("d", d)
+        self.register_buffer("m", m)
+        self.register_buffer("bias", bias.detach().to(dtype) if bias is not None else None)
+
+    @classmethod
+    def from_int4(cls, q, scale, minimum, group: int, bias, dtype) -> "VnniLinear":
+        """q [N, K] in 0..15, scale and min [N, K/group]: w = scale·q − min (a Q4_K sub-block exactly)."""
+        n, k = q.shape
+        return cls(pack_int4(q), block_params(scale), block_params(minimum), 4, group, n, k, bias, dtype)
+
+    @classmethod
+    def from_int8(cls, weight_int8, scales, bias, dtype) -> "VnniLinear":
+        """Symmetric int8 per channel (w = s·q): stored as q + 128, so m = 128·s."""
+        n, k = weight_int8.shape
+        group = INT8_GROUP if k % INT8_GROUP == 0 else 32
+        q = (weight_int8.to(torch.int16) + 128)
+        s = scales.float()
+        return cls(pack_uint8(q), block_params(s), block_params(128 * s), 8, group, n, k, bias, dtype)
+
+    def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
+        out = kernel().linear(flat, self.packed, self.d, self.m, self.out_features, self.group, self.bits,
+                              self.per_channel, self.use_simd)
+        return out.to(flat.dtype)

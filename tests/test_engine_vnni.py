@@ -1,0 +1,206 @@
+"""The vnni weight format: CodeCue's own 4/8-bit kernel. Its numbers are the GGUF's, a token's result does not depend
+on the other tokens of its pass, and speculation stays exact against the target in this format."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine import CompletionRequest, Engine, vnni
+from engine.gguf_weights import linear_from_gguf
+from engine.models import LoadedPair, PairSpec
+from engine.quant import apply_weight_format, quantize_groups_int4, quantize_rows_int8
+from engine_helpers import random_prompt, reference_greedy, tiny_pair
+from test_engine_gguf import HIDDEN, tiny_qwen, write_gguf
+
+
+@pytest.fixture(scope="module")
+def gguf_model(tmp_path_factory):
+    """A tiny Qwen2 GGUF with Q4_K and Q8_0 tensors, and its weights as gguf-py dequantizes them."""
+    path = tmp_path_factory.mktemp("gguf") / "tiny-q4k.gguf"
+    return path, write_gguf(path, tiny_qwen(), np.random.default_rng(0))
+
+
+def int4_layer(n: int, k: int, seed: int = 0):
+    """A random int4 group-32 layer and its float weights w = scale·q − min."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k), generator=g)
+    scale = torch.rand(n, k // 32, generator=g) * 0.02 + 0.001
+    minimum = torch.rand(n, k // 32, generator=g) * 0.1
+    weight = (q.float().reshape(n, k // 32, 32) * scale[..., None] - minimum[..., None]).reshape(n, k)
+    return vnni.VnniLinear.from_int4(q, scale, minimum, 32, None, torch.float32), weight
+
+
+def int8_layer(n: int, k: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q, scales = quantize_rows_int8(torch.randn(n, k, generator=g))
+    return vnni.VnniLinear.from_int8(q, scales, None, torch.float32), q.float() * scales[:, None]
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+@pytest.mark.parametrize("make", [int4_layer, int8_layer])
+@pytest.mark.parametrize("n,k", [(48, 256), (40, 128), (16, 512)])  # 40: output channels padded to 16
+def test_layer_computes_with_its_weights_within_int8_activation_rounding(make, n, k):
+    layer, weight = make(n, k)
+    x = torch.randn(5, k)
+    with torch.no_grad():
+        got = layer(x)
+    want = x @ weight.t()
+    assert got.shape == (5, n)
+    # Activations are rounded to int8 per group (max |x| / 127): well under 2 % of the output's size.
+    assert 0 < relative_error(got, want) < 0.02
+
+
+@pytest.mark.parametrize("make", [int4_layer, int8_layer])
+def test_a_token_gets_the_same_numbers_whatever_else_is_in_its_pass(make):
+    """The property that makes verify passes exact: rows of a batched pass equal one-token passes, bit for bit,
+    for every pass width (1..8 rows are one tile, 9..16 two)."""
+    layer, _ = make(64, 256, seed=3)
+    x = torch.randn(16, 256)
+    with torch.no_grad():
+        alone = torch.cat([layer(x[i:i + 1]) for i in range(16)])
+        for width in (2, 3, 5, 8, 9, 13, 16):
+            assert torch.equal(layer(x[:width]), alone[:width]), width
+
+
+@pytest.mark.parametrize("make", [int4_layer, int8_layer])
+def test_vector_and_lane_by_lane_paths_give_identical_numbers(make):
+    """Where the kernel was compiled for AVX-512 VNNI, its vector path and the lane-by-lane path do the same
+    integer sums and the same float operations in the same order; elsewhere both calls take the lane-by-lane path."""
+    layer, _ = make(80, 256, seed=5)
+    x = torch.randn(9, 256)
+    with torch.no_grad():
+        layer.use_simd = True
+        vector = layer(x)
+        layer.use_simd = False
+        lanes = layer(x)
+    assert torch.equal(vector, lanes)
+    assert vnni.available() == vnni.kernel().has_vnni()
+
+
+def test_shapes_the_kernel_cannot_take_are_a_clear_error():
+    layer, _ = int4_layer(16, 64)
+    with pytest.raises(RuntimeError, match="multiple of the group"):
+        vnni.kernel().linear(torch.randn(1, 60), layer.packed, layer.d, layer.m, 16, 32, 4, False, True)
+    with pytest.raises(RuntimeError, match="do not match"):
+        vnni.kernel().linear(torch.randn(1, 96), layer.packed, layer.d, layer.m, 16, 32, 4, False, True)
+
+
+def test_q4k_tensor_becomes_a_vnni_layer_with_the_files_numbers(gguf_model):
+    import gguf
+
+    path, reference = gguf_model
+    tensor = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.1.attn_q.weight")
+    layer = linear_from_gguf(tensor, None, None, "vnni", torch.float32)
+    assert isinstance(layer, vnni.VnniLinear) and layer.bits == 4
+    x = torch.randn(4, HIDDEN)
+    want = x @ torch.from_numpy(reference["model.layers.1.self_attn.q_proj"]).t()
+    with torch.no_grad():
+        assert relative_error(layer(x), want) < 0.02
+
+
+def test_whole_model_in_vnni_format(gguf_model):
+    path, reference = gguf_model
+    model, dense = tiny_qwen(), tiny_qwen()
+    with torch.no_grad():
+        for name, weight in reference.items():
+            dense.get_submodule(name).weight.copy_(torch.from_numpy(weight.copy()))
+    apply_weight_format(model, "vnni", "cpu", path)
+    layers = model.model.layers
+    assert isinstance(layers[0].self_attn.q_proj, vnni.VnniLinear) and layers[0].self_attn.q_proj.bits == 4
+    assert isinstance(layers[1].mlp.down_proj, vnni.VnniLinear) and layers[1].mlp.down_proj.bits == 8  # Q8_0
+    ids = torch.tensor([random_prompt(1, 32)])
+    with torch.inference_mode():
+        want, got = dense(input_ids=ids).logits, model(input_ids=ids).logits
+    assert (want.argmax(-1) == got.argmax(-1)).float().mean() > 0.9
+
+
+def test_dense_model_in_vnni_format_computes_what_torchs_kernels_compute_on_the_same_grid():
+    """From dense weights: the "gguf" mix (int4 group 32, int8 output head). Against torch's kernels on the same
+    grids, the only difference is the int8 rounding of activations (a random tiny model is too sensitive to the
+    4-bit grid itself to compare with its float weights)."""
+    ids = torch.tensor([random_prompt(2, 32)])
+    with torch.inference_mode():
+        theirs = apply_weight_format(tiny_qwen(2), "gguf", "cpu")(input_ids=ids).logits
+        model = apply_weight_format(tiny_qwen(2), "vnni", "cpu")
+        ours = model(input_ids=ids).logits
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert model.lm_head.bits == 8  # the output head keeps 8 bits, as a Q4_K_M file's Q6_K head
+    assert (theirs.argmax(-1) == ours.argmax(-1)).float().mean() > 0.85
+    assert relative_error(ours, theirs) < 0.1
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_speculation_is_exact_against_the_target_in_vnni_format(gguf_model, k):
+    path, _ = gguf_model
+    target = apply_weight_format(tiny_qwen(), "vnni", "cpu", path)
+    draft = apply_weight_format(tiny_qwen(1), "int4", "cpu")
+    base = tiny_pair("random")
+    pair = LoadedPair(spec=PairSpec("vnni", base.spec.target, base.spec.target), target=target, draft=draft,
+                      tokenizer=base.tokenizer, device=torch.device("cpu"), dtype=torch.float32)
+    prompt = random_prompt(7, 40, repeat=True)
+    want = reference_greedy(target, prompt, 24)
+    for drafter in ("draft", "lookup"):
+        result = Engine(pair).complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
+                                                         adaptive_k=False))
+        assert result.token_ids == want, drafter
+        assert result.stats.drafted > 0
+
+
+def test_format_cache_round_trip(gguf_model, tmp_path):
+    from engine.quant import format_cache_file, load_formatted, save_formatted
+
+    path, _ = gguf_model
+    model = apply_weight_format(tiny_qwen(), "vnni", "cpu", path)
+    cached = format_cache_file(tmp_path, "vnni", torch.float32)
+    save_formatted(model, cached)
+    restored = load_formatted(tiny_qwen(5), cached)
+    ids = torch.tensor([random_prompt(2, 24)])
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, restored(input_ids=ids).logits)
+    assert restored.model.layers[0].self_attn.q_proj.bias is not None
+
+
+def test_int4_grid_from_dense_weights_matches_torchs_int4_layer():
+    """quantize_vnni and the int4 format share one grid: the same weights, two kernels."""
+    from engine.quant import Int4Linear
+
+    weight = torch.randn(32, 128)
+    q, scale, zero = quantize_groups_int4(weight, 32)
+    ours = vnni.VnniLinear.from_int4(q, scale, 8 * scale - zero, 32, None, torch.float32)
+    theirs = Int4Linear(q, scale, zero, 32, None, torch.float32)
+    x = torch.randn(3, 128)
+    with torch.no_grad():
+        assert relative_error(ours(x), theirs(x)) < 0.02
+    assert np.isfinite(ours(x).numpy()).all()
+
+
+def test_model_to_bfloat16_keeps_the_scales_exact():
+    """The scales are float bits in int32 buffers: `model.to(torch.bfloat16)` (the calibration does it) must not
+    round them; the layer then computes in float32 inside and returns bf16."""
+    layer, _ = int4_layer(32, 128, seed=9)
+    x = torch.randn(3, 128).bfloat16()
+    with torch.no_grad():
+        before = layer(x.float())
+        layer.to(torch.bfloat16)
+        after = layer(x)
+    assert layer.d.dtype == torch.int32 and after.dtype == torch.bfloat16
+    assert torch.equal(after, before.bfloat16())
+
+
+def test_vnni_is_asked_for_by_name_and_refused_where_it_does_not_run(monkeypatch, tmp_path):
+    from engine.machine_choice import resolve_formats
+    from engine.models import ModelsError
+
+    spec = tiny_pair("random").spec
+    monkeypatch.setattr(vnni, "offered", lambda: True)
+    choice, cal = resolve_formats(spec, torch.device("cpu"), tmp_path, "vnni", "int4", "bfloat16")
+    assert (choice.target_weights, choice.target_activations, choice.draft_weights) == ("vnni", "bfloat16", "int4")
+    with pytest.raises(ModelsError, match="for the target"):
+        resolve_formats(spec, torch.device("cpu"), tmp_path, "int4", "vnni", "bfloat16")
+    monkeypatch.setattr(vnni, "offered", lambda: False)
+    with pytest.raises(ModelsError, match="AVX-512 VNNI"):
+        resolve_formats(spec, torch.device("cpu"), tmp_path, "vnni", "int4", "bfloat16")
