@@ -267,10 +267,10 @@ def load_formatted(model: nn.Module, path: Path) -> nn.Module:
         parent = model.get_submodule(parent_name) if parent_name else model
         bias = state.get(f"{name}.bias")
         if info["kind"] == "vnni":
-            from .vnni import VnniLinear
+            from .vnni import VnniLinear, scale_bits
 
-            for key in (f"{name}.d", f"{name}.m"):  # float bits held in int32 (engine/vnni.py: block_params)
-                state[key] = state[key].view(torch.int32)
+            for key in (f"{name}.d", f"{name}.m"):  # the kernel's scale form (engine/vnni.py: scale_bits)
+                state[key] = scale_bits(state[key])
             layer = VnniLinear(state[f"{name}.packed"], state[f"{name}.d"], state[f"{name}.m"], info["bits"],
                                info["group"], info["out_features"], info["in_features"], bias, bias.dtype
                                if bias is not None else torch.float32)

@@ -6,12 +6,13 @@ unpacks each block of 16 output channels once and multiplies it into every token
 activations quantized to int8 per group of input columns (like llama.cpp's Q8_K). A row's result does not depend
 on the other rows of the pass: a verify pass computes each token exactly as a one-token pass does.
 
-The kernel is compiled on first use for this CPU (`-march=native`, torch's C++ extension build, ~1 minute) and
-cached under $CODECUE_HOME/extensions. Where the compiler does not target AVX-512 VNNI the format is not offered
+The kernel is compiled on first use for this CPU (`-march=native`, torch's C++ extension build, ~40 s on 2 cores)
+and cached under $CODECUE_HOME/extensions. Where the compiler does not target AVX-512 VNNI the format is not offered
 (`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from functools import lru_cache
@@ -39,7 +40,9 @@ def kernel():
 
     from .models import codecue_home
 
-    build = codecue_home() / "extensions" / f"vnni-{torch.__version__}".replace("+", "_")
+    # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    build = codecue_home() / "extensions" / f"vnni-{torch.__version__}-{digest}".replace("+", "_")
     build.mkdir(parents=True, exist_ok=True)
     try:
         return cpp_extension.load(
@@ -84,12 +87,23 @@ def pack_uint8(q: torch.Tensor) -> torch.Tensor:
 
 
 def block_params(values: torch.Tensor) -> torch.Tensor:
-    """Per channel [N] or per group [N, K/G] -> [N/16, 16] or [N/16, K/G, 16] float32, as int32 bits: an integer
-    buffer keeps its precision through `model.to(torch.bfloat16)`."""
+    """Per channel [N] or per group [N, K/G] -> [N/16, 16] or [N/16, K/G, 16] in fp16, as int16 bits: an integer
+    buffer keeps its values through `model.to(torch.bfloat16)`. fp16 keeps 11 significant bits of a Q4_K
+    sub-block's d·sc (torch's int4 path rounds it to the activation dtype, bf16's 8)."""
     values = _pad_rows(values.float(), BLOCK)
     if values.dim() == 1:
-        return values.reshape(-1, BLOCK).contiguous().view(torch.int32)
-    return values.reshape(-1, BLOCK, values.shape[1]).transpose(1, 2).contiguous().view(torch.int32)
+        return scale_bits(values.reshape(-1, BLOCK))
+    return scale_bits(values.reshape(-1, BLOCK, values.shape[1]).transpose(1, 2))
+
+
+def scale_bits(t: torch.Tensor) -> torch.Tensor:
+    """Scales as the kernel takes them (fp16 bits in int16), from fp16 bits or floats (format caches of earlier
+    versions held fp32, or fp32 bits in int32)."""
+    if t.dtype == torch.int16:
+        return t.contiguous()
+    if t.dtype == torch.int32:
+        t = t.view(torch.float32)
+    return t.to(torch.float16).contiguous().view(torch.int16)
 
 
 def _pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:
@@ -105,7 +119,7 @@ class VnniLinear(QuantizedLinear):
         self.out_features, self.in_features, self.bits, self.group = out_features, in_features, bits, group
         self.per_channel = d.dim() == 2
         self.use_simd = True
-        d, m = (t.view(torch.int32) if t.dtype == torch.float32 else t for t in (d, m))
+        d, m = scale_bits(d), scale_bits(m)
         self.register_buffer("packed", packed)
         self.register_buffer("d", d)
         self.register_buffer("m", m)

@@ -187,7 +187,7 @@ def test_model_to_bfloat16_keeps_the_scales_exact():
         before = layer(x.float())
         layer.to(torch.bfloat16)
         after = layer(x)
-    assert layer.d.dtype == torch.int32 and after.dtype == torch.bfloat16
+    assert layer.d.dtype == torch.int16 and after.dtype == torch.bfloat16
     assert torch.equal(after, before.bfloat16())
 
 
@@ -204,3 +204,13 @@ def test_vnni_is_asked_for_by_name_and_refused_where_it_does_not_run(monkeypatch
     monkeypatch.setattr(vnni, "offered", lambda: False)
     with pytest.raises(ModelsError, match="AVX-512 VNNI"):
         resolve_formats(spec, torch.device("cpu"), tmp_path, "vnni", "int4", "bfloat16")
+
+
+def test_scales_from_earlier_format_caches_load_as_the_kernel_takes_them():
+    """fp16 bits in int16 now; format caches written before held fp32, or fp32 bits in int32."""
+    scales = torch.tensor([[0.0123, 1.5, 3e-4]])
+    want = scales.half().view(torch.int16)
+    for stored in (scales, scales.view(torch.int32), want):
+        got = vnni.scale_bits(stored)
+        assert got.dtype == torch.int16 and torch.equal(got, want)
+    assert torch.allclose(got.view(torch.float16).float(), scales, rtol=1e-3)

@@ -10,9 +10,9 @@
 // Layout of `packed` (uint8), per block of 16 output channels:
 //   4-bit: [K/8][64], byte 4c+j holds w[c][8o+j] in its low nibble and w[c][8o+4+j] in its high nibble (o: octet);
 //   8-bit: [K/4][64], byte 4c+j holds w[c][4o+j] as an unsigned byte.
-// A weight is d*q - m, with q the unsigned stored number; d and m are float [N/16][K/G][16] (one per group of G
-// input columns) or [N/16][16] (per channel), passed as int32 tensors holding the floats' bits, so that a
-// `model.to(dtype)` leaves them alone. Activations are quantized per row and per group of G columns to
+// A weight is d*q - m, with q the unsigned stored number; d and m are fp16 [N/16][K/G][16] (one per group of G
+// input columns) or [N/16][16] (per channel), passed as int16 tensors holding the halves' bits, so that a
+// `model.to(dtype)` leaves them alone. (fp32 scales would add half as many bytes again as the 4-bit weights.) Activations are quantized per row and per group of G columns to
 // int8 (scale = max|x|/127), so sum(w*x) over a group = s*(d*dot(q, a) - m*sum(a)).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -35,14 +35,14 @@ constexpr int kMaxRows = 8;  // tokens multiplied per unpacked block (registers:
 
 struct Weights {
   const uint8_t* packed;
-  const float* d;
-  const float* m;
+  const uint16_t* d;  // fp16 bits
+  const uint16_t* m;
   int64_t K, G, bits;
   bool per_channel;
   int64_t block_bytes() const { return K * kBlock * bits / 8; }
   int64_t groups() const { return K / G; }
-  const float* d_at(int64_t b, int64_t g) const { return per_channel ? d + b * kBlock : d + (b * groups() + g) * kBlock; }
-  const float* m_at(int64_t b, int64_t g) const { return per_channel ? m + b * kBlock : m + (b * groups() + g) * kBlock; }
+  const uint16_t* d_at(int64_t b, int64_t g) const { return per_channel ? d + b * kBlock : d + (b * groups() + g) * kBlock; }
+  const uint16_t* m_at(int64_t b, int64_t g) const { return per_channel ? m + b * kBlock : m + (b * groups() + g) * kBlock; }
 };
 
 struct Acts {
@@ -51,6 +51,26 @@ struct Acts {
   const float* s2;   // [M][K/G]: scale * sum of the group's quantized activations
   int64_t K, groups;
 };
+
+// fp16 -> fp32, exact (the same value the vector path's vcvtph2ps gives).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF, bits;
+  if (exponent == 0x1F) {
+    bits = sign | 0x7F800000 | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while (!(mantissa & 0x400)) { mantissa <<= 1; --exponent; }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 inline int32_t load4(const int8_t* p) {
   int32_t v;
@@ -92,8 +112,8 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
         }
       }
     }
-    const __m512 dv = _mm512_loadu_ps(w.d_at(b, g));
-    const __m512 mv = _mm512_loadu_ps(w.m_at(b, g));
+    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.d_at(b, g))));
+    const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.m_at(b, g))));
     for (int r = 0; r < R; ++r) {
       const int64_t i = (r0 + r) * a.groups + g;
       accf[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc0[r], acc1[r])), _mm512_mul_ps(dv, _mm512_set1_ps(a.s1[i])), accf[r]);
@@ -138,8 +158,8 @@ void block_tile_scalar(const Weights& w, const Acts& a, int64_t b, int64_t r0, i
           dot += q * static_cast<int32_t>(ar[k]);
         }
         const int64_t i = (r0 + r) * a.groups + g;
-        acc = std::fma(static_cast<float>(dot), w.d_at(b, g)[c] * a.s1[i], acc);
-        acc = std::fma(-w.m_at(b, g)[c], a.s2[i], acc);
+        acc = std::fma(static_cast<float>(dot), half_to_float(w.d_at(b, g)[c]) * a.s1[i], acc);
+        acc = std::fma(-half_to_float(w.m_at(b, g)[c]), a.s2[i], acc);
       }
       out[(r0 + r) * ldo + b * kBlock + c] = acc;
     }
@@ -188,9 +208,9 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   quantize_rows(xf.data_ptr<float>(), M, K, G, q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>());
   const int64_t ldo = blocks * kBlock;
   auto out = torch::empty({M, ldo}, torch::kFloat32);
-  TORCH_CHECK(d.scalar_type() == torch::kInt32 && m.scalar_type() == torch::kInt32, "d and m must be float bits in int32");
-  const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const float*>(d.data_ptr<int32_t>()),
-                  reinterpret_cast<const float*>(m.data_ptr<int32_t>()), K, G, bits, per_channel};
+  TORCH_CHECK(d.scalar_type() == torch::kInt16 && m.scalar_type() == torch::kInt16, "d and m must be fp16 bits in int16");
+  const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr<int16_t>()),
+                  reinterpret_cast<const uint16_t*>(m.data_ptr<int16_t>()), K, G, bits, per_channel};
   const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), K, K / G};
   float* o = out.data_ptr<float>();
   const bool simd = use_simd && CODECUE_VNNI;
