@@ -64,7 +64,9 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     if target_weights == "vnni":
         # Asked for by name only: the calibration does not time it (a kernel build on every VNNI machine for a
         # format that lost to llama.cpp where measured, docs/benchmarks.md); pass costs are learned online.
-        choice.target_weights, choice.target_activations = "vnni", "bfloat16" if dtype == "auto" else dtype
+        # float32 by default: the kernel computes in float32 anyway, and fp32 attention was 15-30 % faster a pass
+        # than bf16 on the Zen 5 without AMX (docs/benchmarks.md, fifteenth).
+        choice.target_weights, choice.target_activations = "vnni", "float32" if dtype == "auto" else dtype
         choice.target_prefill_dense = choice.target_prefill_torch = False
     return choice, cal
 

@@ -32,6 +32,11 @@ namespace {
 
 constexpr int kBlock = 16;   // output channels per block
 constexpr int kMaxRows = 8;  // tokens multiplied per unpacked block (registers: 2 accumulators per row)
+// Weights are streamed once per pass. Asking for them 4 KB ahead made a layer's pass 18-31 % faster on a Zen 5
+// (1 / 4 / 9 tokens), where the hardware prefetcher alone left a single stream per core at ~13 GB/s.
+constexpr int kPrefetchBytes = 4096;
+
+inline void prefetch(const uint8_t* p) { __builtin_prefetch(p + kPrefetchBytes, 0, 3); }
 
 struct Weights {
   const uint8_t* packed;
@@ -92,6 +97,7 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
     const int64_t k0 = g * w.G, k1 = k0 + w.G;
     if (BITS == 4) {
       for (int64_t k = k0; k < k1; k += 8) {
+        prefetch(wp + (k / 8) * 64);
         const __m512i chunk = _mm512_loadu_si512(wp + (k / 8) * 64);
         const __m512i lo = _mm512_and_si512(chunk, low4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(chunk, 4), low4);
@@ -103,6 +109,8 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
       }
     } else {
       for (int64_t k = k0; k < k1; k += 8) {
+        prefetch(wp + (k / 4) * 64);
+        prefetch(wp + (k / 4 + 1) * 64);
         const __m512i w0 = _mm512_loadu_si512(wp + (k / 4) * 64);
         const __m512i w1 = _mm512_loadu_si512(wp + (k / 4 + 1) * 64);
         for (int r = 0; r < R; ++r) {
