@@ -42,7 +42,7 @@ WIDTHS = (1, 2, 4, 8, 16)
 # Whether it is used is then decided per document from the running acceptance (engine/policy.py).
 DRAFT_PAYS_AT = 1.1
 DRAFT_ALPHA = 0.9
-VERSION = 3  # 3: llama.cpp rows time a torch prefill handing its keys/values over
+VERSION = 4  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention
 
 
 @dataclass

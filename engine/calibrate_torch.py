@@ -41,7 +41,9 @@ def slice_model(config, layers: int, seed: int = 0):
     if getattr(config, "layer_types", None):
         config.layer_types = [config.layer_types[0]] * layers
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager").eval()
+    from .attention import register
+
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=register()).eval()
 
 
 def formatted(model, weights: str):

@@ -245,6 +245,7 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     import torch
     from transformers import AutoModelForCausalLM
 
+    from .attention import register as register_attention
     from .quant import GGUF_FORMATS, canonical_format, dense_linear_weights, set_prefill_weights
 
     path = model_dir(spec, home)
@@ -257,8 +258,9 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     if weight_format in GGUF_FORMATS and spec.gguf_file and gguf is None:
         raise ModelsError(missing_gguf_message(spec, weight_format, home))
     try:
-        # Eager attention: faster than sdpa for the short passes of decoding on CPU (shared/facts.md).
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
+        # Eager attention's arithmetic (faster than sdpa for the short passes of decoding on CPU, shared/facts.md),
+        # without its copy of keys and values per query head (engine/attention.py).
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=register_attention())
     except Exception as exc:  # corrupt or half-written files
         raise ModelsError(
             f"model files for {spec.name} in {path} could not be loaded ({exc}). "
