@@ -146,11 +146,12 @@ def test_unknown_format_names_the_known_ones():
     assert canonical_format("bf16") == "dense" and canonical_format("q4_k") == "gguf"
 
 
+@pytest.mark.parametrize("weight_format", ["gguf", "vnni"])  # torch's int4 kernel; CodeCue's own (engine/vnni.py)
 @pytest.mark.parametrize("k", [1, 3, 8])
-def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k):
+def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k, weight_format):
     """Lossless is defined against the target alone in its own format: fp32 activations, int4 kernels."""
     path, _ = gguf_model
-    target = apply_weight_format(tiny_qwen(), "gguf", "cpu", path)
+    target = apply_weight_format(tiny_qwen(), weight_format, "cpu", path)
     draft = apply_weight_format(tiny_qwen(1), "int4", "cpu")  # an unrelated draft in another format
     base = tiny_pair("random")
     pair = LoadedPair(spec=PairSpec("q4k", base.spec.target, base.spec.target), target=target, draft=draft,
@@ -161,9 +162,10 @@ def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k):
         result = Engine(pair).complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
                                                          adaptive_k=False))
         assert result.token_ids == want, drafter
+        assert result.stats.drafted > 0
 
 
-@pytest.mark.parametrize("weight_format", ["gguf", "int4", "int8"])
+@pytest.mark.parametrize("weight_format", ["gguf", "int4", "int8", "vnni"])
 def test_format_cache_round_trip_gives_the_same_model(gguf_model, tmp_path, weight_format):
     from engine.quant import format_cache_file, load_formatted, save_formatted
 

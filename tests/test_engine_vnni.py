@@ -1,16 +1,15 @@
-"""The vnni weight format: CodeCue's own 4/8-bit kernel. Its numbers are the GGUF's, a token's result does not depend
-on the other tokens of its pass, and speculation stays exact against the target in this format."""
+"""The vnni weight format: CodeCue's own 4/8-bit kernel. Its numbers are the GGUF's and a token's result does not
+depend on the other tokens of its pass (exact speculation and the format cache: tests/test_engine_gguf.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from engine import CompletionRequest, Engine, vnni
+from engine import vnni
 from engine.gguf_weights import linear_from_gguf
-from engine.models import LoadedPair, PairSpec
 from engine.quant import apply_weight_format, quantize_groups_int4, quantize_rows_int8
-from engine_helpers import random_prompt, reference_greedy, tiny_pair
+from engine_helpers import random_prompt, tiny_pair
 from test_engine_gguf import HIDDEN, tiny_qwen, write_gguf
 
 
@@ -131,37 +130,6 @@ def test_dense_model_in_vnni_format_computes_what_torchs_kernels_compute_on_the_
     assert model.lm_head.bits == 8  # the output head keeps 8 bits, as a Q4_K_M file's Q6_K head
     assert (theirs.argmax(-1) == ours.argmax(-1)).float().mean() > 0.85
     assert relative_error(ours, theirs) < 0.1
-
-
-@pytest.mark.parametrize("k", [1, 3, 8])
-def test_speculation_is_exact_against_the_target_in_vnni_format(gguf_model, k):
-    path, _ = gguf_model
-    target = apply_weight_format(tiny_qwen(), "vnni", "cpu", path)
-    draft = apply_weight_format(tiny_qwen(1), "int4", "cpu")
-    base = tiny_pair("random")
-    pair = LoadedPair(spec=PairSpec("vnni", base.spec.target, base.spec.target), target=target, draft=draft,
-                      tokenizer=base.tokenizer, device=torch.device("cpu"), dtype=torch.float32)
-    prompt = random_prompt(7, 40, repeat=True)
-    want = reference_greedy(target, prompt, 24)
-    for drafter in ("draft", "lookup"):
-        result = Engine(pair).complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
-                                                         adaptive_k=False))
-        assert result.token_ids == want, drafter
-        assert result.stats.drafted > 0
-
-
-def test_format_cache_round_trip(gguf_model, tmp_path):
-    from engine.quant import format_cache_file, load_formatted, save_formatted
-
-    path, _ = gguf_model
-    model = apply_weight_format(tiny_qwen(), "vnni", "cpu", path)
-    cached = format_cache_file(tmp_path, "vnni", torch.float32)
-    save_formatted(model, cached)
-    restored = load_formatted(tiny_qwen(5), cached)
-    ids = torch.tensor([random_prompt(2, 24)])
-    with torch.inference_mode():
-        assert torch.equal(model(input_ids=ids).logits, restored(input_ids=ids).logits)
-    assert restored.model.layers[0].self_attn.q_proj.bias is not None
 
 
 def test_int4_grid_from_dense_weights_matches_torchs_int4_layer():
