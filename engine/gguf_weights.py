@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .quant import Int4Linear, Int8Linear, quantize_groups_int4, quantize_rows_int8
+from .quant import Int4Linear, Int8Linear, quantize_groups_int4
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def linear_from_gguf(tensor, dense: torch.Tensor | None, bias: torch.Tensor | No
     if fallback == "vnni":
         from .vnni import VnniLinear
 
-        return VnniLinear.from_int8(*quantize_rows_int8(weight), bias, dtype)
+        return VnniLinear.from_dense_int8(weight, bias, dtype)
     return Int8Linear.from_weight(weight, bias, dtype)
 
 

@@ -62,8 +62,8 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     if draft_weights != "auto" and spec.draft:
         choice.draft_model = True  # asked for by name: load it even where it does not pay
     if target_weights == "vnni":
-        # Asked for by name only: the calibration does not time it (a kernel build on every VNNI machine for a
-        # format that lost to llama.cpp where measured, docs/benchmarks.md); pass costs are learned online.
+        # Asked for by name only: the calibration does not time it (its single-line score would price the cheap
+        # verify passes that make vnni pay at nothing, docs/benchmarks.md); pass costs are learned online.
         # float32 by default: the kernel computes in float32 anyway, and fp32 attention was 15-30 % faster a pass
         # than bf16 on the Zen 5 without AMX (docs/benchmarks.md, fifteenth).
         choice.target_weights, choice.target_activations = "vnni", "float32" if dtype == "auto" else dtype

@@ -183,7 +183,7 @@ def quantize_vnni(model: nn.Module, group: int = 32) -> nn.Module:
     def make(linear: nn.Linear) -> nn.Module:
         bias = linear.bias.detach() if linear.bias is not None else None
         if linear is head or linear.in_features % group:
-            return VnniLinear.from_int8(*quantize_rows_int8(linear.weight.detach()), bias, linear.weight.dtype)
+            return VnniLinear.from_dense_int8(linear.weight, bias, linear.weight.dtype)
         q, scale, zero = quantize_groups_int4(linear.weight.detach(), group)
         return VnniLinear.from_int4(q, scale, 8 * scale - zero, group, bias, linear.weight.dtype)
     return replace_linears(model, make)

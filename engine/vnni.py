@@ -119,7 +119,6 @@ class VnniLinear(QuantizedLinear):
         self.out_features, self.in_features, self.bits, self.group = out_features, in_features, bits, group
         self.per_channel = d.dim() == 2
         self.use_simd = True
-        d, m = scale_bits(d), scale_bits(m)
         self.register_buffer("packed", packed)
         self.register_buffer("d", d)
         self.register_buffer("m", m)
@@ -139,6 +138,13 @@ class VnniLinear(QuantizedLinear):
         q = (weight_int8.to(torch.int16) + 128)
         s = scales.float()
         return cls(pack_uint8(q), block_params(s), block_params(128 * s), 8, group, n, k, bias, dtype)
+
+    @classmethod
+    def from_dense_int8(cls, weight: torch.Tensor, bias, dtype) -> "VnniLinear":
+        """Dense weights quantized to int8 per channel (the fallback of tensors that are not Q4_K)."""
+        from .quant import quantize_rows_int8
+
+        return cls.from_int8(*quantize_rows_int8(weight.detach()), bias, dtype)
 
     def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
         out = kernel().linear(flat, self.packed, self.d, self.m, self.out_features, self.group, self.bits,
