@@ -12,10 +12,12 @@ over twice as slow is recorded from its cheap screening pass alone (on an AVX2-o
 
 The table is cached in $CODECUE_HOME/calibration.json keyed by the processor (CPU model name or GPU name), threads,
 torch version and the model's shapes; `codecue-models calibrate` re-measures. From it the engine chooses:
-- the target's format and activation dtype: the fastest single-line completion (prefill of 100 tokens + 16
-  one-token steps) among the formats that keep the GGUF file's precision (gguf, int8, dense);
-- the draft's: the fastest one-token step among all formats (its format changes proposals, never the output);
+- the draft's format: the fastest one-token step among all formats (its format changes proposals, never the output);
+- the target's format and activation dtype: the cheapest single-line completion (prefill of 100 tokens + 16 tokens)
+  among the formats that keep the GGUF file's precision (gguf, vnni, int8, dense), drafted by that draft where
+  that is cheaper at a typical acceptance: a format with cheap verify passes (vnni) gets the credit for them;
 - whether the draft model can pay at all: its expected speed-up at 90 % acceptance with the measured costs.
+The vnni formats (engine/vnni.py) are timed where the CPU has AVX-512 VNNI and their kernel builds (formats_here).
 """
 from __future__ import annotations
 
@@ -36,13 +38,18 @@ log = logging.getLogger(__name__)
 
 TARGET_FORMATS = ("gguf", "int8", "dense")  # keep the GGUF's precision: the target's format decides the output
 DRAFT_FORMATS = ("int4", "int8", "dense")  # "gguf" only models a Q4_K_M file; the 0.5B file is mostly Q5_0 (int8 here)
+VNNI_FORMATS = {"target": ("vnni",), "draft": ("vnni4",)}  # where engine/vnni.py's kernel is offered
 ACTIVATIONS = ("bfloat16", "float32")
 WIDTHS = (1, 2, 4, 8, 16)
 # The draft model is loaded when it could pay: this speed-up at 90 % acceptance (code completions often reach it).
 # Whether it is used is then decided per document from the running acceptance (engine/policy.py).
 DRAFT_PAYS_AT = 1.1
 DRAFT_ALPHA = 0.9
-VERSION = 4  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention
+# The target is chosen by what a completion costs with the draft model where it pays, at the acceptance the draft
+# model reached over the bench prompts (0.78 on the Zen 5, docs/benchmarks.md): cheap verify passes count.
+TYPICAL_ALPHA = 0.8
+COMPLETION_PROMPT, COMPLETION_TOKENS = 100, 16  # a short completion: new prompt tokens, then tokens generated
+VERSION = 5  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni
 
 
 @dataclass
@@ -52,13 +59,14 @@ class Measurement:
     activations: str
     pass_ms: dict[int, float]  # new tokens in the pass -> ms for the whole model
     prefill_tok_s: float
-    prefill_dense_tok_s: float = 0.0  # quantized formats: prefill through a dense copy of the weights (0: not measured)
+    prefill_dense_tok_s: float = 0.0  # quantized formats: prefill through a copy of the weights, dense or int8 W8A8
+    # for the vnni formats (engine/quant.py; 0: not measured)
     prefill_torch_tok_s: float = 0.0  # llamacpp: prefill in torch W8A8, keys/values handed over (engine/torch_prefill.py)
     prefill_torch_from: int = 0  # ... and the fewest new tokens from which that is faster (0: never)
 
     @property
     def prefill_dense(self) -> bool:
-        """Prefill through the dense copy: only where measured clearly faster (it costs the dense weights' memory)."""
+        """Prefill through the copy: only where measured clearly faster (it costs the copy's memory)."""
         return self.prefill_dense_tok_s > 1.15 * self.prefill_tok_s
 
     @property
@@ -80,7 +88,18 @@ class Measurement:
 
     def single_line_ms(self) -> float:
         """What one short completion costs: 100 new prompt tokens, then 16 one-token steps."""
-        return 1000 * 100 / self.prefill_used_tok_s + 16 * self.pass_ms[1]
+        return 1000 * COMPLETION_PROMPT / self.prefill_used_tok_s + COMPLETION_TOKENS * self.pass_ms[1]
+
+    def drafted_line_ms(self, draft: "Measurement | None", alpha: float = TYPICAL_ALPHA) -> float:
+        """The same completion, drafted by `draft` where that is cheaper: the draft model prefills the prompt too,
+        and each token costs a pass at the best K (expected_speedup) over the tokens it yields."""
+        alone = self.single_line_ms()
+        if draft is None or not (self.complete and draft.complete):
+            return alone
+        speedup = expected_speedup(self.pass_ms, draft.pass_ms[1], alpha)
+        drafted = (1000 * COMPLETION_PROMPT * (1 / self.prefill_used_tok_s + 1 / draft.prefill_used_tok_s)
+                   + COMPLETION_TOKENS * self.pass_ms[1] / speedup)
+        return min(alone, drafted)
 
 
 @dataclass
@@ -106,6 +125,16 @@ class Calibration:
     def get(self, role: str, weights: str, activations: str) -> Measurement | None:
         return next((m for m in self.measurements
                      if (m.role, m.weights, m.activations) == (role, weights, activations)), None)
+
+
+def formats_here(device: str = "cpu") -> dict[str, tuple[str, ...]]:
+    """The torch formats each role is timed in on this machine: the vnni formats where the CPU has AVX-512 VNNI and
+    their kernel builds (flags shortlist, the build decides; the timing then decides whether they are used)."""
+    from . import vnni
+
+    with_vnni = not device.startswith("cuda") and vnni.offered()
+    return {role: formats + (VNNI_FORMATS[role] if with_vnni else ())
+            for role, formats in (("target", TARGET_FORMATS), ("draft", DRAFT_FORMATS))}
 
 
 def processor_name(device: str = "cpu") -> str:
@@ -145,6 +174,7 @@ def machine_key(device: str, target_config, draft_config) -> dict:
     return {"version": VERSION, "device": device, "processor": processor_name(device),
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "formats": formats_here(device),  # a compiler installed later (vnni) is a new table, not a gap in one
             "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
 
 
@@ -163,8 +193,9 @@ def expected_speedup(verify_ms: dict[int, float], draft_ms: float, alpha: float 
 
 def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_FORMATS,
            activations=ACTIVATIONS) -> Choice:
-    """The fastest target and draft among the candidates. A combination asked for by name that was screened out
-    is still taken when it is the only candidate (the user's explicit choice)."""
+    """The fastest draft (one-token pass), then the target with the cheapest short completion, drafted by it where
+    that pays (Measurement.drafted_line_ms). A combination asked for by name that was screened out is still taken
+    when it is the only candidate (the user's explicit choice)."""
     def best(role: str, formats, score) -> Measurement | None:
         # llama.cpp picks its own activation types ("ggml"): a llamacpp row competes whenever that format does.
         found = [m for m in cal.measurements if m.role == role and m.weights in formats
@@ -174,10 +205,10 @@ def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_
             return min(complete, key=score)
         return min(found, key=lambda m: m.pass_ms[1]) if found else None
 
-    target = best("target", target_formats, Measurement.single_line_ms)
+    draft = best("draft", draft_formats, lambda m: m.pass_ms[1])
+    target = best("target", target_formats, lambda m: m.drafted_line_ms(draft))
     if target is None:
         raise ValueError(f"no calibration of the target in {target_formats} x {activations}")
-    draft = best("draft", draft_formats, lambda m: m.pass_ms[1])
     if draft is None:
         return Choice(target.weights, target.activations, None, None, False,
                       target_prefill_dense=target.prefill_dense, target_prefill_torch=target.prefill_torch,
@@ -357,6 +388,13 @@ def add_llamacpp(cal: Calibration, gguf_files: dict, device: str, configs: dict 
     return bool(rows)
 
 
+def copy_kind(weights: str) -> str:
+    """What a format's copy of the weights for prefill is (engine/quant.py: set_prefill_weights)."""
+    from .quant import VNNI_FORMATS
+
+    return "w8a8" if weights in VNNI_FORMATS else "dense"
+
+
 def format_table(cal: Calibration, choice: Choice | None = None) -> str:
     key = cal.key
     lines = [f"calibration on {key['processor']} ({key['cpu_capability']}, {key['threads']} threads, "
@@ -365,7 +403,7 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
              + f" {'prefill':>11s} {'1-line':>8s}"]
     for m in cal.measurements:
         cells = " ".join(f"{m.pass_ms[w]:7.1f}ms" if w in m.pass_ms else f"{'-':>9s}" for w in WIDTHS)
-        dense = f" (dense {m.prefill_dense_tok_s:.0f})" if m.prefill_dense_tok_s else ""
+        dense = f" ({copy_kind(m.weights)} {m.prefill_dense_tok_s:.0f})" if m.prefill_dense_tok_s else ""
         dense += (f" (torch w8a8 {m.prefill_torch_tok_s:.3g}, faster from "
                   f"{m.prefill_torch_from or 'no'} tokens)" if m.prefill_torch_tok_s else "")
         tail = (f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms{dense}" if m.complete
@@ -374,7 +412,8 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
     if choice is not None:
         lines.append(f"chosen: target {choice.target_weights}/{choice.target_activations}"
                      + (f", draft {choice.draft_weights}/{choice.draft_activations}" if choice.draft_weights else "")
-                     + (", prefill through dense weights" if choice.target_prefill_dense else "")
+                     + (f", prefill through {copy_kind(choice.target_weights)} weights"
+                        if choice.target_prefill_dense else "")
                      + (f", prefill in torch w8a8 from {choice.target_prefill_torch_from} new tokens"
                         if choice.target_prefill_torch else "")
                      + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "

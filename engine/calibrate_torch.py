@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from .calibrate import ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, WIDTHS, Calibration, Measurement, machine_key
+from .calibrate import ACTIVATIONS, WIDTHS, Calibration, Measurement, formats_here, machine_key
 from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
 
 CONTEXT_TOKENS = 256
@@ -48,18 +48,25 @@ def slice_model(config, layers: int, seed: int = 0):
 
 def formatted(model, weights: str):
     """A bf16 copy of the slice in `weights`, with its dense weights kept aside (`calibration_dense`) to time
-    prefill through them. For "gguf", odd layers keep v_proj and down_proj in int8, as a Q4_K_M file stores half
-    of them in Q6_K."""
+    prefill through a copy of them (engine/quant.py: set_prefill_weights). For "gguf" and "vnni", odd layers keep
+    v_proj and down_proj in int8, as a Q4_K_M file stores half of them in Q6_K."""
     model = copy.deepcopy(model).to(torch.bfloat16)
     dense = {k: v.clone() for k, v in dense_linear_weights(model).items()} if weights != "dense" else None
-    if weights == "gguf":
+    if weights in ("gguf", "vnni"):
+        int8 = Int8Linear if weights == "gguf" else vnni_int8
         for i, layer in enumerate(model.model.layers):
             if i % 2:
-                layer.self_attn.v_proj = Int8Linear(layer.self_attn.v_proj)
-                layer.mlp.down_proj = Int8Linear(layer.mlp.down_proj)
+                layer.self_attn.v_proj = int8(layer.self_attn.v_proj)
+                layer.mlp.down_proj = int8(layer.mlp.down_proj)
     model = apply_weight_format(model, weights, "cpu")
     model.calibration_dense = dense
     return model
+
+
+def vnni_int8(linear):
+    from .vnni import VnniLinear
+
+    return VnniLinear.from_dense_int8(linear.weight, linear.bias, linear.weight.dtype)
 
 
 def full_depth(model, depth: int):
@@ -159,7 +166,7 @@ def calibrate(target_config, draft_config=None, device: str = "cpu", formats: di
     the torch formats of the same role, so a machine where llama.cpp is far faster skips timing the slow ones."""
     from tqdm import tqdm
 
-    formats = formats or {"target": TARGET_FORMATS, "draft": DRAFT_FORMATS}
+    formats = formats or formats_here(device)
     started = time.perf_counter()
     cal = Calibration(key=machine_key(device, target_config, draft_config), measurements=list(measured_first))
     roles = [("target", target_config)] + ([("draft", draft_config)] if draft_config is not None else [])

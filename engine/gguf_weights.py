@@ -72,14 +72,14 @@ def dequantize(tensor) -> np.ndarray:
 def linear_from_gguf(tensor, dense: torch.Tensor | None, bias: torch.Tensor | None, fallback: str,
                      dtype: torch.dtype) -> nn.Module:
     """One GGUF weight as a quantized linear layer. Q4_K: exact int4; other types: `fallback` ("int8" or "int4";
-    "vnni": the vnni kernel's layers, Q4_K exact and the rest int8 per channel)
+    "vnni" / "vnni4": the vnni kernel's layers, Q4_K exact and the rest int8 per channel / int4 group 32)
     of `dense` (the same weights, already dequantized), or of gguf-py's dequantization when dense is None."""
     from gguf import GGMLQuantizationType
 
     cols, rows = int(tensor.shape[0]), int(tensor.shape[1])  # GGUF lists the fastest dimension (in_features) first
     if tensor.tensor_type == GGMLQuantizationType.Q4_K:
         q, scale, minimum = q4k_to_affine(tensor.data, rows, cols)
-        if fallback == "vnni":
+        if fallback in ("vnni", "vnni4"):
             from .vnni import VnniLinear
 
             return VnniLinear.from_int4(torch.from_numpy(q), torch.from_numpy(scale), torch.from_numpy(minimum), 32,
@@ -90,9 +90,11 @@ def linear_from_gguf(tensor, dense: torch.Tensor | None, bias: torch.Tensor | No
     weight = dense.float() if dense is not None else torch.from_numpy(dequantize(tensor))
     if fallback == "int4" and cols % 32 == 0:
         return Int4Linear(*quantize_groups_int4(weight, 32), 32, bias, dtype)
-    if fallback == "vnni":
+    if fallback in ("vnni", "vnni4"):
         from .vnni import VnniLinear
 
+        if fallback == "vnni4" and cols % 32 == 0:
+            return VnniLinear.from_dense_int4(weight, bias, dtype)
         return VnniLinear.from_dense_int8(weight, bias, dtype)
     return Int8Linear.from_weight(weight, bias, dtype)
 

@@ -17,19 +17,18 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     """Formats and dtypes to load, from explicit settings or this machine's calibration: returns
     (choice, calibration or None). A GPU takes dense bf16 (its int kernels are not wired here). force: measure
     again even where a table is cached (`codecue-models calibrate`)."""
-    from .calibrate import (ACTIVATIONS, DRAFT_FORMATS, TARGET_FORMATS, CalibrationCrashed, Choice, calibration_for,
-                            choose)
-    from .quant import canonical_format
+    from .calibrate import ACTIVATIONS, CalibrationCrashed, Choice, calibration_for, choose, formats_here
+    from .quant import VNNI_FORMATS, canonical_format
 
     target_weights = canonical_format(target_weights or os.environ.get("CODECUE_TARGET_WEIGHTS")
                                       or spec.target_weights)
     draft_weights = canonical_format(draft_weights or os.environ.get("CODECUE_DRAFT_WEIGHTS") or spec.draft_weights)
     dtype = dtype or os.environ.get("CODECUE_DTYPE") or spec.activations
-    if "vnni" in (target_weights, draft_weights) and device.type == "cpu":
+    if {target_weights, draft_weights} & set(VNNI_FORMATS) and device.type == "cpu":
         from . import vnni
 
-        if draft_weights == "vnni" or not vnni.offered():
-            raise ModelsError("weight format vnni is for the target, on a CPU with AVX-512 VNNI where its kernel "
+        if not vnni.offered():
+            raise ModelsError("weight formats vnni and vnni4 need a CPU with AVX-512 VNNI where their kernel "
                               "builds (a C++ compiler; engine/vnni.py): not here. Choose another format with "
                               "CODECUE_TARGET_WEIGHTS / CODECUE_DRAFT_WEIGHTS, or `auto`")
     if device.type == "cuda":
@@ -50,24 +49,16 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
                               gguf_files={r: p for r, p in ggufs.items() if p is not None})
     except CalibrationCrashed as exc:
         raise ModelsError(str(exc)) from exc
-    def candidates(asked: str, formats: tuple, role: str) -> tuple:
-        if asked == "vnni":
-            return formats  # not calibrated (below): the calibration still chooses the draft
+    here = formats_here(str(device))
+
+    def candidates(asked: str, role: str) -> tuple:
         if asked != "auto":
             return (asked,)
-        return formats + (("llamacpp",) if ggufs.get(role) is not None else ())
-    choice = choose(cal, candidates(target_weights, TARGET_FORMATS, "target"),
-                    candidates(draft_weights, DRAFT_FORMATS, "draft"),
+        return here[role] + (("llamacpp",) if ggufs.get(role) is not None else ())
+    choice = choose(cal, candidates(target_weights, "target"), candidates(draft_weights, "draft"),
                     ACTIVATIONS if dtype == "auto" else (dtype,))
     if draft_weights != "auto" and spec.draft:
         choice.draft_model = True  # asked for by name: load it even where it does not pay
-    if target_weights == "vnni":
-        # Asked for by name only: the calibration does not time it (its single-line score would price the cheap
-        # verify passes that make vnni pay at nothing, docs/benchmarks.md); pass costs are learned online.
-        # float32 by default: the kernel computes in float32 anyway, and fp32 attention was 15-30 % faster a pass
-        # than bf16 on the Zen 5 without AMX (docs/benchmarks.md, fifteenth).
-        choice.target_weights, choice.target_activations = "vnni", "float32" if dtype == "auto" else dtype
-        choice.target_prefill_dense = choice.target_prefill_torch = False
     return choice, cal
 
 

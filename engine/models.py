@@ -246,7 +246,7 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     from transformers import AutoModelForCausalLM
 
     from .attention import register as register_attention
-    from .quant import GGUF_FORMATS, canonical_format, dense_linear_weights, set_prefill_weights
+    from .quant import GGUF_FORMATS, VNNI_FORMATS, canonical_format, dense_linear_weights, set_prefill_weights
 
     path = model_dir(spec, home)
     if not is_ready(spec, home):
@@ -269,7 +269,9 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     with torch.no_grad():
         if weight_format != "dense" and torch.device(device).type == "cpu":
             # Not the output head: prefill asks it for one row only (its dense copy would be 0.3-0.5 GB unused).
-            dense = ({k: v.clone() for k, v in dense_linear_weights(model).items() if k != "lm_head"}
+            # The vnni formats quantize their copy to int8 (engine/quant.py): no aligned float copy to keep.
+            copy = (lambda v: v) if weight_format in VNNI_FORMATS else torch.Tensor.clone
+            dense = ({k: copy(v) for k, v in dense_linear_weights(model).items() if k != "lm_head"}
                      if prefill_dense else None)
             apply_cached_format(model, spec, weight_format, dtype, device, gguf, home)
             set_prefill_weights(model, dense)

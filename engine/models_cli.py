@@ -62,8 +62,7 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
     load_pair, llama.cpp's rows included (measuring first when asked)."""
     import torch
 
-    from .calibrate import (DRAFT_FORMATS, TARGET_FORMATS, calibration_for, choose, format_table, load_cached,
-                            machine_key)
+    from .calibrate import calibration_for, choose, format_table, formats_here, load_cached, machine_key
     from .machine_choice import llamacpp_available, resolve_formats
     from .models import model_config
 
@@ -85,7 +84,8 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
             print("  formats: not calibrated on this machine yet (`codecue-models calibrate`, or the first load)")
             return False
         extra = ("llamacpp",) if llamacpp_available() else ()  # its rows exist only where its GGUF was timed
-        choice = choose(cal, TARGET_FORMATS + extra, DRAFT_FORMATS + extra)
+        here = formats_here(device)
+        choice = choose(cal, here["target"] + extra, here["draft"] + extra)
     print("  " + format_table(cal, choice).replace("\n", "\n  "))
     from .llamacpp_probe import pair_line
 

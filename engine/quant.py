@@ -9,6 +9,8 @@ from it (engine/calibrate.py measures both on the machine at hand):
 - "int4":  like "gguf" but every tensor in int4 group 32 (the Q6_K output head too): fastest, a little lossier.
 - "vnni":  the same numbers as "gguf" through CodeCue's own AVX-512 VNNI kernel (engine/vnni.py), activations
            quantized to int8 like llama.cpp's: a verify pass of up to 8 tokens reads and unpacks the weights once.
+- "vnni4": the numbers of "int4" through the vnni kernel: half the bytes of "vnni" wherever the GGUF is not Q4_K
+           (the 0.5B draft's file is mostly Q5_0), for a draft model.
 The quantized CPU kernels have a fast path for bf16 activations only (3-4x slower than fp32 F.linear with fp32
 activations on the AVX2 EPYC, shared/facts.md): that is why the format and the activation dtype are measured together.
 Lossless speculation is defined against the target in its own format: the draft's format only changes what is
@@ -24,9 +26,10 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-WEIGHT_FORMATS = ("dense", "int8", "gguf", "int4", "vnni")
+WEIGHT_FORMATS = ("dense", "int8", "gguf", "int4", "vnni", "vnni4")
 FORMAT_ALIASES = {"bf16": "dense", "fp32": "dense", "float": "dense", "q4_k": "gguf"}
-GGUF_FORMATS = ("gguf", "int4", "vnni")  # formats read from the GGUF file
+GGUF_FORMATS = ("gguf", "int4", "vnni", "vnni4")  # formats read from the GGUF file
+VNNI_FORMATS = ("vnni", "vnni4")  # through engine/vnni.py's kernel: offered where it builds for AVX-512 VNNI
 
 
 def canonical_format(name: str) -> str:
@@ -40,35 +43,53 @@ PREFILL_ROWS = 16  # passes of this many tokens or more are prefill chunks, not 
 
 
 class QuantizedLinear(nn.Module):
-    """Shared by the int4 and int8 layers: an optional dense copy of the weights for prefill. The quantized kernels
-    read few bytes but are compute-bound past a few rows; where the calibration measured dense prefill to be faster
-    (AVX-512 bf16 machines), long prefill chunks go through F.linear on the dense copy, steps through the kernel.
-    Both modes of the engine prefill the same way, so speculation stays exact against target alone."""
+    """Shared by the quantized layers: an optional copy of the weights for prefill. The quantized kernels read few
+    bytes but are compute-bound past a few rows; where the calibration measured prefill through the copy to be
+    faster, long prefill chunks go through it, steps through the kernel. The copy is dense (F.linear; AVX-512 bf16
+    machines), or int8 per channel with int8 activations per token (W8A8, `torch._int_mm`: oneDNN's VNNI/AMX GEMM)
+    for layers whose activations are float32 (PREFILL_W8A8: the vnni layers), where a dense copy would be 4 bytes a
+    weight. Both modes of the engine prefill the same way, so speculation stays exact against target alone."""
+    PREFILL_W8A8 = False
 
     def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        dense = getattr(self, "prefill_weight", None)
-        if dense is not None and flat.shape[0] >= PREFILL_ROWS:
-            out = nn.functional.linear(flat, dense.to(flat.dtype))
-        else:
+        copy = getattr(self, "prefill_weight", None)
+        if copy is None or flat.shape[0] < PREFILL_ROWS:
             out = self.quantized_mm(flat)
+        elif copy.dtype == torch.int8:
+            out = w8a8_mm(flat, copy, self.prefill_scale).to(flat.dtype)
+        else:
+            out = nn.functional.linear(flat, copy.to(flat.dtype))
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
+def w8a8_mm(x: torch.Tensor, weight_t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [rows, in] float @ weight_t [in, out] int8 (scale [out] per channel): x quantized to int8 per row, int32
+    accumulation in `torch._int_mm`, float32 out."""
+    xq, x_scale = quantize_rows_int8(x)
+    return torch._int_mm(xq, weight_t).float().mul_(x_scale[:, None] * scale)
+
+
 def set_prefill_weights(model: nn.Module, dense: dict[str, torch.Tensor] | None) -> int:
-    """Give each quantized layer its dense weights for prefill (None: drop them). Non-persistent buffers: never
-    written to the format cache. Returns how many layers have one."""
+    """Give each quantized layer its copy of the weights for prefill, from `dense` (None: drop them): the weights
+    themselves, or int8 per channel where the layer prefills in W8A8. Non-persistent buffers: never written to the
+    format cache. Returns how many layers have one."""
     count = 0
     for name, module in model.named_modules():
         if isinstance(module, QuantizedLinear):
             weight = dense.get(name) if dense else None
-            if "prefill_weight" in module._buffers or weight is not None:
-                module.register_buffer("prefill_weight", weight, persistent=False)
+            scale = None
+            if weight is not None and module.PREFILL_W8A8:
+                weight_int8, scale = quantize_rows_int8(weight)
+                weight = weight_int8.t().contiguous()  # [in, out], as _int_mm takes it
+            for key, value in (("prefill_weight", weight), ("prefill_scale", scale)):
+                if key in module._buffers or value is not None:
+                    module.register_buffer(key, value, persistent=False)
             count += weight is not None
     return count
 
@@ -174,18 +195,18 @@ def quantize_int4(model: nn.Module, group: int = 32) -> nn.Module:
     return replace_linears(model, make)
 
 
-def quantize_vnni(model: nn.Module, group: int = 32) -> nn.Module:
-    """The "gguf" mix for the vnni kernel from dense weights: int4 group 32, the output head int8 per channel."""
+def quantize_vnni(model: nn.Module, group: int = 32, head_int8: bool = True) -> nn.Module:
+    """The "gguf" mix for the vnni kernel from dense weights: int4 group 32, the output head int8 per channel
+    (head_int8=False: int4 too, the "vnni4" mix)."""
     from .vnni import VnniLinear
 
-    head = getattr(model, "lm_head", None)
+    head = getattr(model, "lm_head", None) if head_int8 else None
 
     def make(linear: nn.Linear) -> nn.Module:
         bias = linear.bias.detach() if linear.bias is not None else None
         if linear is head or linear.in_features % group:
             return VnniLinear.from_dense_int8(linear.weight, bias, linear.weight.dtype)
-        q, scale, zero = quantize_groups_int4(linear.weight.detach(), group)
-        return VnniLinear.from_int4(q, scale, 8 * scale - zero, group, bias, linear.weight.dtype)
+        return VnniLinear.from_dense_int4(linear.weight, bias, linear.weight.dtype, group)
     return replace_linears(model, make)
 
 
@@ -207,8 +228,8 @@ def apply_weight_format(model: nn.Module, weight_format: str, device, gguf_file:
 
         apply_gguf_weights(model, Path(gguf_file), {"gguf": "int8"}.get(weight_format, weight_format), dtype)
         return model
-    if weight_format == "vnni":
-        return quantize_vnni(model)
+    if weight_format in VNNI_FORMATS:
+        return quantize_vnni(model, head_int8=weight_format == "vnni")
     if weight_format == "gguf":  # the same mix as a Q4_K_M file: int4 weights, int8 output head
         head = getattr(model, "lm_head", None)
         if isinstance(head, nn.Linear):

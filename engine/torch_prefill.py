@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .interrupt import PassCancelled
 from .kvcache import prefill_pieces
-from .quant import quantize_rows_int8
+from .quant import quantize_rows_int8, w8a8_mm
 from .kv_handoff import HandoffUnsupported, encode_state, parse_state, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -91,9 +91,7 @@ class Int8Weight:
         return self
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        xq, x_scale = quantize_rows_int8(x)
-        out = torch._int_mm(xq, self.weight_t).float()
-        out.mul_(x_scale[:, None]).mul_(self.scale)
+        out = w8a8_mm(x, self.weight_t, self.scale)
         if self.bias is not None:
             out.add_(self.bias)
         return out

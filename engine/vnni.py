@@ -7,8 +7,8 @@ activations quantized to int8 per group of input columns (like llama.cpp's Q8_K)
 on the other rows of the pass: a verify pass computes each token exactly as a one-token pass does.
 
 The kernel is compiled on first use for this CPU (`-march=native`, torch's C++ extension build, ~40 s on 2 cores)
-and cached under $CODECUE_HOME/extensions. Where the compiler does not target AVX-512 VNNI the format is not offered
-(`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
+and cached under $CODECUE_HOME/extensions (or $CODECUE_EXTENSIONS). Where the compiler does not target AVX-512
+VNNI the formats are not offered (`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def kernel():
 
     # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    build = codecue_home() / "extensions" / f"vnni-{torch.__version__}-{digest}".replace("+", "_")
+    builds = Path(os.environ.get("CODECUE_EXTENSIONS") or codecue_home() / "extensions")
+    build = builds / f"vnni-{torch.__version__}-{digest}".replace("+", "_")
     build.mkdir(parents=True, exist_ok=True)
     try:
         return cpp_extension.load(
@@ -112,7 +113,10 @@ def _pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:
 
 
 class VnniLinear(QuantizedLinear):
-    """w = d·q − m with q unsigned (4-bit per group of 32, or 8-bit per channel), through the vnni kernel."""
+    """w = d·q − m with q unsigned (4-bit per group of 32, or 8-bit per channel), through the vnni kernel.
+    Long prefill chunks can go through an int8 copy instead (QuantizedLinear): the kernel's unpacking of 4-bit
+    groups makes it compute-bound at ~300 GMAC/s from 8 rows on, oneDNN's W8A8 GEMM reaches ~600 on the Zen 5."""
+    PREFILL_W8A8 = True
 
     def __init__(self, packed, d, m, bits: int, group: int, out_features: int, in_features: int, bias, dtype):
         super().__init__()
@@ -145,6 +149,14 @@ class VnniLinear(QuantizedLinear):
         from .quant import quantize_rows_int8
 
         return cls.from_int8(*quantize_rows_int8(weight.detach()), bias, dtype)
+
+    @classmethod
+    def from_dense_int4(cls, weight: torch.Tensor, bias, dtype, group: int = 32) -> "VnniLinear":
+        """Dense weights quantized to 4 bits per group of `group` columns (torch's int4 grid, engine/quant.py)."""
+        from .quant import quantize_groups_int4
+
+        q, scale, zero = quantize_groups_int4(weight.detach(), group)
+        return cls.from_int4(q, scale, 8 * scale - zero, group, bias, dtype)
 
     def quantized_mm(self, flat: torch.Tensor) -> torch.Tensor:
         out = kernel().linear(flat, self.packed, self.d, self.m, self.out_features, self.group, self.bits,

@@ -11,6 +11,17 @@ import pytest
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def share_kernel_builds() -> None:
+    """Tests run with homes of their own (and calibration children inherit them): the vnni kernel is built once
+    per session in the real home's extensions folder, not once per home (~40 s a build on 2 cores)."""
+    from engine.models import codecue_home
+
+    os.environ.setdefault("CODECUE_EXTENSIONS", str(codecue_home() / "extensions"))
+
+
+share_kernel_builds()
+
+
 def fail_skip_under_ci(report) -> None:
     if CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr

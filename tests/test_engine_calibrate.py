@@ -8,8 +8,8 @@ import torch
 
 from engine import calibrate as cal_mod
 from engine import calibrate_torch as timing
-from engine.calibrate import (Calibration, Measurement, WIDTHS, calibration_for, choose, expected_speedup,
-                              format_table, load_cached, machine_key)
+from engine.calibrate import (DRAFT_FORMATS, TARGET_FORMATS, Calibration, Measurement, WIDTHS, calibration_for, choose,
+                              expected_speedup, format_table, formats_here, load_cached, machine_key)
 from engine.calibrate_torch import full_depth
 from engine.testing import tiny_config
 
@@ -45,6 +45,18 @@ CHOICES = [
      [m("target", "gguf", "bfloat16", 40, prefill=20), m("target", "dense", "bfloat16", 60, prefill=400),
       m("draft", "int4", "bfloat16", 10)],
      ("dense", "bfloat16"), ("int4", "bfloat16"), True),
+    ("cheap verify passes count where the draft model pays: a dearer one-token pass can make the cheaper completion",
+     [m("target", "llamacpp", "ggml", 30, growth=0.5), m("target", "vnni", "float32", 36, growth=0.05),
+      m("draft", "vnni4", "float32", 6, prefill=2000)],
+     ("vnni", "float32"), ("vnni4", "float32"), True),
+    ("... not where drafting cannot pay: then the cheaper one-token pass wins",
+     [m("target", "llamacpp", "ggml", 30, growth=0.5), m("target", "vnni", "float32", 36, growth=0.05),
+      m("draft", "vnni4", "float32", 36, prefill=2000)],
+     ("llamacpp", "ggml"), ("vnni4", "float32"), False),
+    ("... nor where the draft model's own prefill of the prompt costs more than its drafts save",
+     [m("target", "llamacpp", "ggml", 30, growth=0.5), m("target", "vnni", "float32", 36, growth=0.05),
+      m("draft", "vnni4", "float32", 6, prefill=200)],
+     ("llamacpp", "ggml"), ("vnni4", "float32"), True),
     ("a screened-out combination is never chosen over a measured one",
      [Measurement("target", "gguf", "float32", {1: 5.0}, 0.0), m("target", "gguf", "bfloat16", 40),
       m("draft", "int4", "bfloat16", 10)],
@@ -54,7 +66,7 @@ CHOICES = [
 
 @pytest.mark.parametrize("why,measured,target,draft,draft_on", CHOICES, ids=[c[0][:40] for c in CHOICES])
 def test_choice_follows_the_measurements(why, measured, target, draft, draft_on):
-    choice = choose(table(*measured))
+    choice = choose(table(*measured), TARGET_FORMATS + ("vnni", "llamacpp"), DRAFT_FORMATS + ("vnni4",))
     assert (choice.target_weights, choice.target_activations) == target, why
     assert (choice.draft_weights, choice.draft_activations) == draft, why
     assert choice.draft_model is draft_on, why
@@ -64,6 +76,20 @@ def test_an_explicit_format_is_honoured_even_when_screened_out():
     cal = table(Measurement("target", "int8", "float32", {1: 900.0}, 0.0), m("target", "gguf", "bfloat16", 40))
     choice = choose(cal, target_formats=("int8",), activations=("float32",))
     assert (choice.target_weights, choice.target_activations) == ("int8", "float32")
+
+
+def test_vnni_formats_are_timed_where_their_kernel_is_offered_and_key_the_table(monkeypatch):
+    from engine import vnni
+
+    target = tiny_config(384, 1, hidden=64)
+    monkeypatch.setattr(vnni, "offered", lambda: False)
+    assert formats_here("cpu") == {"target": TARGET_FORMATS, "draft": DRAFT_FORMATS}
+    without = machine_key("cpu", target, None)
+    monkeypatch.setattr(vnni, "offered", lambda: True)
+    assert formats_here("cpu") == {"target": TARGET_FORMATS + ("vnni",), "draft": DRAFT_FORMATS + ("vnni4",)}
+    assert formats_here("cuda:0")["target"] == TARGET_FORMATS
+    # A kernel that builds only now (a compiler installed since) is another table: its formats get timed.
+    assert cal_mod.key_string(machine_key("cpu", target, None)) != cal_mod.key_string(without)
 
 
 def test_expected_speedup_formula():
@@ -94,8 +120,7 @@ def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
     target, draft = tiny_config(384, 3, hidden=64), tiny_config(384, 1, hidden=64)
     first = calibration_for(tmp_path, target, draft, progress=False, in_process=True)
-    expected = {(role, w, a) for role, formats in (("target", cal_mod.TARGET_FORMATS), ("draft", cal_mod.DRAFT_FORMATS))
-                for w in formats for a in cal_mod.ACTIVATIONS}
+    expected = {(role, w, a) for role, formats in formats_here("cpu").items() for w in formats for a in cal_mod.ACTIVATIONS}
     assert {(x.role, x.weights, x.activations) for x in first.measurements} == expected
     complete = [x for x in first.measurements if x.complete]
     assert complete and all(v > 0 for x in complete for v in x.pass_ms.values())
@@ -123,7 +148,7 @@ def test_rows_measured_first_shortlist_the_torch_formats_of_their_role(monkeypat
     cal = timing.calibrate(target, draft, progress=False, measured_first=[far_faster])
     assert cal.measurements[0] is far_faster
     torch_targets = [m for m in cal.measurements if m.role == "target" and m.weights != "llamacpp"]
-    assert len(torch_targets) == len(cal_mod.TARGET_FORMATS) * len(cal_mod.ACTIVATIONS)
+    assert len(torch_targets) == len(formats_here("cpu")["target"]) * len(cal_mod.ACTIVATIONS)
     assert not any(m.complete for m in torch_targets) and all(m.pass_ms[1] > 0 for m in torch_targets)
     assert any(m.complete for m in cal.measurements if m.role == "draft")  # no draft row first: timed as before
     assert choose(cal, cal_mod.TARGET_FORMATS + ("llamacpp",)).target_weights == "llamacpp"

@@ -165,7 +165,7 @@ def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k, w
         assert result.stats.drafted > 0
 
 
-@pytest.mark.parametrize("weight_format", ["gguf", "int4", "int8", "vnni"])
+@pytest.mark.parametrize("weight_format", ["gguf", "int4", "int8", "vnni", "vnni4"])
 def test_format_cache_round_trip_gives_the_same_model(gguf_model, tmp_path, weight_format):
     from engine.quant import format_cache_file, load_formatted, save_formatted
 

@@ -256,12 +256,13 @@ def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_
     measured = capsys.readouterr().out
     rows = [line.split() for line in measured.splitlines() if line.split()[:1] in (["target"], ["draft"])]
     assert {(row[0], row[1]) for row in rows if row[1] == "llamacpp"} == {("target", "llamacpp"), ("draft", "llamacpp")}
-    assert {row[1] for row in rows if row[0] == "target"} >= set(calibrate.TARGET_FORMATS)
+    here = calibrate.formats_here("cpu")
+    assert {row[1] for row in rows if row[0] == "target"} >= set(here["target"])
     chosen = [line for line in measured.splitlines() if "chosen: target" in line]
     assert len(chosen) == 1
     configs = [AutoConfig.from_pretrained(model_dir(name, home)) for name in (TINY_TARGET, TINY_DRAFT)]
     cached = calibrate.load_cached(home, calibrate.machine_key("cpu", *configs))
-    best = choose(cached, calibrate.TARGET_FORMATS + ("llamacpp",), calibrate.DRAFT_FORMATS + ("llamacpp",))
+    best = choose(cached, here["target"] + ("llamacpp",), here["draft"] + ("llamacpp",))
     assert f"chosen: target {best.target_weights}/{best.target_activations}" in chosen[0]
     assert main(["list"]) == 0
     assert chosen[0].strip() in capsys.readouterr().out

@@ -117,6 +117,28 @@ def test_whole_model_in_vnni_format(gguf_model):
     assert (want.argmax(-1) == got.argmax(-1)).float().mean() > 0.9
 
 
+def test_vnni4_keeps_q4k_exact_and_stores_every_other_tensor_in_4_bits(gguf_model):
+    """The draft's mix: what is not Q4_K in the file (Q8_0 here, Q5_0 in the 0.5B's) goes to int4 group 32, half
+    the bytes of vnni's int8, on the int4 format's grid."""
+    from engine.quant import Int4Linear
+
+    path, reference = gguf_model
+    model, four = tiny_qwen(), tiny_qwen()
+    apply_weight_format(model, "vnni4", "cpu", path)
+    apply_weight_format(four, "int4", "cpu", path)
+    layers = model.model.layers
+    assert isinstance(layers[1].mlp.down_proj, vnni.VnniLinear) and layers[1].mlp.down_proj.bits == 4  # Q8_0
+    assert layers[0].self_attn.q_proj.bits == 4
+    assert isinstance(four.model.layers[1].mlp.down_proj, Int4Linear)
+    with torch.no_grad():
+        ours, theirs = layers[1].mlp.down_proj, four.model.layers[1].mlp.down_proj
+        x = torch.randn(3, ours.in_features)
+        assert relative_error(ours(x), theirs(x)) < 0.02
+    ids = torch.tensor([random_prompt(1, 32)])
+    with torch.inference_mode():
+        assert (model(input_ids=ids).logits.argmax(-1) == four(input_ids=ids).logits.argmax(-1)).float().mean() > 0.85
+
+
 def test_dense_model_in_vnni_format_computes_what_torchs_kernels_compute_on_the_same_grid():
     """From dense weights: the "gguf" mix (int4 group 32, int8 output head). Against torch's kernels on the same
     grids, the only difference is the int8 rounding of activations (a random tiny model is too sensitive to the
@@ -165,13 +187,12 @@ def test_vnni_is_asked_for_by_name_and_refused_where_it_does_not_run(monkeypatch
 
     spec = tiny_pair("random").spec
     monkeypatch.setattr(vnni, "offered", lambda: True)
-    choice, cal = resolve_formats(spec, torch.device("cpu"), tmp_path, "vnni", "int4", "bfloat16")
-    assert (choice.target_weights, choice.target_activations, choice.draft_weights) == ("vnni", "bfloat16", "int4")
-    with pytest.raises(ModelsError, match="for the target"):
-        resolve_formats(spec, torch.device("cpu"), tmp_path, "int4", "vnni", "bfloat16")
+    choice, cal = resolve_formats(spec, torch.device("cpu"), tmp_path, "vnni", "vnni4", "bfloat16")
+    assert (choice.target_weights, choice.target_activations, choice.draft_weights) == ("vnni", "bfloat16", "vnni4")
     monkeypatch.setattr(vnni, "offered", lambda: False)
-    with pytest.raises(ModelsError, match="AVX-512 VNNI"):
-        resolve_formats(spec, torch.device("cpu"), tmp_path, "vnni", "int4", "bfloat16")
+    for target, draft in (("vnni", "int4"), ("int4", "vnni4")):
+        with pytest.raises(ModelsError, match="AVX-512 VNNI"):
+            resolve_formats(spec, torch.device("cpu"), tmp_path, target, draft, "bfloat16")
 
 
 def test_scales_from_earlier_format_caches_load_as_the_kernel_takes_them():
@@ -182,3 +203,50 @@ def test_scales_from_earlier_format_caches_load_as_the_kernel_takes_them():
         got = vnni.scale_bits(stored)
         assert got.dtype == torch.int16 and torch.equal(got, want)
     assert torch.allclose(got.view(torch.float16).float(), scales, rtol=1e-3)
+
+
+def test_prefill_chunks_of_a_vnni_layer_go_through_its_int8_copy_and_steps_through_the_kernel():
+    """vnni layers prefill in W8A8 (`torch._int_mm`) from an int8 copy of the dense weights; steps (and verify
+    passes) keep the kernel's bits; the copy is never written to the format cache."""
+    from engine.quant import PREFILL_ROWS, set_prefill_weights
+
+    model = apply_weight_format(tiny_qwen(2), "vnni", "cpu")
+    plain = apply_weight_format(tiny_qwen(2), "vnni", "cpu")
+    dense = {name: layer.weight.detach().clone() for name, layer in tiny_qwen(2).named_modules()
+             if isinstance(layer, torch.nn.Linear) and name != "lm_head"}
+    assert set_prefill_weights(model, dense) == len(dense) > 0
+    layer, plain_layer = model.model.layers[0].mlp.up_proj, plain.model.layers[0].mlp.up_proj
+    assert layer.prefill_weight.dtype == torch.int8
+    short, long_ = torch.randn(PREFILL_ROWS - 1, HIDDEN), torch.randn(PREFILL_ROWS, HIDDEN)
+    with torch.no_grad():
+        assert torch.equal(layer(short), plain_layer(short))
+        want = long_ @ dense["model.layers.0.mlp.up_proj"].t()
+        assert relative_error(layer(long_), want) < 0.02  # the dense weights, int8 per channel
+        assert relative_error(plain_layer(long_), want) > relative_error(layer(long_), want)  # not the 4-bit grid
+    assert not any("prefill" in k for k in model.state_dict())
+    assert set_prefill_weights(model, None) == 0 and "prefill_scale" not in dict(layer.named_buffers())
+
+
+def test_speculation_with_w8a8_prefill_equals_target_alone():
+    from engine.engine import Engine
+    from engine.models import LoadedPair, PairSpec
+    from engine.quant import set_prefill_weights
+    from engine.types import CompletionRequest
+
+    target = tiny_qwen()
+    dense = {name: layer.weight.detach().clone() for name, layer in target.named_modules()
+             if isinstance(layer, torch.nn.Linear)}
+    assert set_prefill_weights(apply_weight_format(target, "vnni", "cpu"), dense) > 0
+    base = tiny_pair("random")
+    pair = LoadedPair(spec=PairSpec("vnni", base.spec.target, base.spec.target), target=target,
+                      draft=apply_weight_format(tiny_qwen(1), "vnni4", "cpu"), tokenizer=base.tokenizer,
+                      device=torch.device("cpu"), dtype=torch.float32)
+    engine = Engine(pair)
+    for seed in (3, 4):
+        prompt = random_prompt(seed, 60, repeat=True)
+        alone = engine.complete(CompletionRequest(prompt, 24, drafter="none"))
+        for drafter, k in (("draft", 4), ("lookup", 8)):
+            result = engine.complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
+                                                       adaptive_k=False))
+            assert result.token_ids == alone.token_ids, (seed, drafter)
+            assert result.stats.drafted > 0
