@@ -12,7 +12,8 @@ over twice as slow is recorded from its cheap screening pass alone (on an AVX2-o
 
 The table is cached in $CODECUE_HOME/calibration.json keyed by the processor (CPU model name or GPU name), threads,
 torch version and the model's shapes; `codecue-models calibrate` re-measures. From it the engine chooses:
-- the draft's format: the fastest one-token step among all formats (its format changes proposals, never the output);
+- the draft's format: the cheapest cycle of proposals (one-token steps, the first one also feeding it the committed
+  tokens) among all formats (its format changes proposals, never the output);
 - the target's format and activation dtype: the cheapest single-line completion (prefill of 100 tokens + 16 tokens)
   among the formats that keep the GGUF file's precision (gguf, vnni, int8, dense), drafted by that draft where
   that is cheaper at a typical acceptance: a format with cheap verify passes (vnni) gets the credit for them;
@@ -89,6 +90,12 @@ class Measurement:
     def single_line_ms(self) -> float:
         """What one short completion costs: 100 new prompt tokens, then 16 one-token steps."""
         return 1000 * COMPLETION_PROMPT / self.prefill_used_tok_s + COMPLETION_TOKENS * self.pass_ms[1]
+
+    def draft_cycle_ms(self, k: int = 4) -> float:
+        """What a draft model costs for k proposals: the first pass of a cycle also feeds it the tokens committed
+        since its last one (engine/drafters.py), 2 when its drafts were all accepted, so that pass is a 2-token one.
+        llama.cpp's 2-token pass costs 2-2.7x its one-token pass on 2 cores, the vnni kernel's ~1.1x."""
+        return (k - 1) * self.pass_ms[1] + interpolate(self.pass_ms, 2)
 
     def drafted_line_ms(self, draft: "Measurement | None", alpha: float = TYPICAL_ALPHA) -> float:
         """The same completion, drafted by `draft` where that is cheaper: the draft model prefills the prompt too,
@@ -193,7 +200,7 @@ def expected_speedup(verify_ms: dict[int, float], draft_ms: float, alpha: float 
 
 def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_FORMATS,
            activations=ACTIVATIONS) -> Choice:
-    """The fastest draft (one-token pass), then the target with the cheapest short completion, drafted by it where
+    """The cheapest draft (Measurement.draft_cycle_ms), then the target with the cheapest short completion, drafted by it where
     that pays (Measurement.drafted_line_ms). A combination asked for by name that was screened out is still taken
     when it is the only candidate (the user's explicit choice)."""
     def best(role: str, formats, score) -> Measurement | None:
@@ -205,7 +212,7 @@ def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_
             return min(complete, key=score)
         return min(found, key=lambda m: m.pass_ms[1]) if found else None
 
-    draft = best("draft", draft_formats, lambda m: m.pass_ms[1])
+    draft = best("draft", draft_formats, Measurement.draft_cycle_ms)
     target = best("target", target_formats, lambda m: m.drafted_line_ms(draft))
     if target is None:
         raise ValueError(f"no calibration of the target in {target_formats} x {activations}")

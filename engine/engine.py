@@ -183,6 +183,8 @@ class Engine:
                 raise
             finally:
                 self.shared_passes.done()
+            if result.finish_reason != "cancelled":
+                self.acceptance.add_length(len(result.token_ids))
             if request.session is not None and result.token_ids:
                 self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
             return result

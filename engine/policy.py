@@ -179,6 +179,7 @@ class SharedAcceptance:
     (the bench's fresh sessions showed the guess costing a draft-model prefill on every new document)."""
     trials: dict[str, list[float]] = field(default_factory=dict)
     hits: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    lengths: list[float] = field(default_factory=lambda: [0.0, 0.0])  # decaying [tokens, completions] finished
     decay: float = 0.98
     min_tried: float = 4.0  # below this much evidence a source keeps the session's optimistic seed
 
@@ -188,6 +189,15 @@ class SharedAcceptance:
 
     def add_hit(self, found: bool) -> None:
         self.hits = [self.decay * self.hits[0] + found, self.decay * self.hits[1] + 1]
+
+    def add_length(self, tokens: int) -> None:
+        self.lengths = [self.decay * self.lengths[0] + tokens, self.decay * self.lengths[1] + 1]
+
+    def typical_length(self) -> float | None:
+        """Tokens a completion has been running to (a single line stops after ~5-15 of its 64 allowed); None
+        before a few have finished."""
+        tokens, count = self.lengths
+        return tokens / count if count >= self.min_tried else None
 
     def seed(self, source: str, default: list[float]) -> list[float]:
         """A session's starting counts: the pooled rate, weighted like the optimistic seed (2 trials)."""
@@ -273,7 +283,7 @@ class GainPolicy:
         return drafter, k
 
     def _choose(self, tokens: list[int], max_k: int) -> tuple[str, int]:
-        remaining, max_k = max_k + 1, min(max_k, self.max_k)
+        remaining, max_k = self.expected_remaining(max_k + 1), min(max_k, self.max_k)
         alpha = {"draft": self.alpha("draft"), "lookup": self.alpha("lookup")}
         lag = self.draft_lag(tokens) if self.draft_lag and any(d in ("draft", "hybrid") for d in self.drafters) else 0
         choice = best_choice(self.costs, self.drafters, max_k, alpha, self.hit_rate(), lag, remaining)
@@ -294,6 +304,13 @@ class GainPolicy:
             self.probes += choice.drafter != "none"
         self.model_k = choice.model_k
         return choice.drafter, choice.k
+
+    def expected_remaining(self, allowed: int) -> int:
+        """The tokens a draft model's catch-up is spread over: what completions here have been running to, not
+        what the request allows (a catch-up of a 300-token prompt priced over 64 tokens looked cheap, and the line
+        stopped after 9: auto ran 0.93x target alone on single-line holes)."""
+        typical = self.shared.typical_length() if self.shared is not None else None
+        return allowed if typical is None else max(1, min(allowed, round(typical)))
 
     def _score_shadow(self, tokens: list[int]) -> None:
         shadow = self.shadow

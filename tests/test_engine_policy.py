@@ -339,3 +339,28 @@ def test_new_sessions_start_from_what_drafting_earned_in_earlier_sessions():
     assert later.alpha("draft") == pytest.approx(0.1, abs=0.01)
     assert later.alpha("prompt") == pytest.approx(0.9, abs=0.01)
     assert later.alpha("workspace") == pytest.approx(0.8)  # a source without evidence keeps the seed
+
+
+def test_a_catch_up_is_priced_over_what_completions_here_run_to_not_what_they_allow():
+    """300 prompt tokens the draft model has not seen cost 450 ms: spread over the 64 tokens a request allows the
+    draft model pays, but single-line completions here stop after ~8, and there it must not be chosen."""
+    from engine.policy import SharedAcceptance
+
+    costs = PassCosts(verify_ms=dict(FLAT), draft_ms=20.0, draft_prefill_ms=1.5)
+    shared = SharedAcceptance()
+    policy = GainPolicy(costs, ("none", "draft"), 8, draft_lag=lambda tokens: 300, shared=shared)
+    assert policy.expected_remaining(64) == 64  # no completion finished yet: what the request allows
+    assert policy.choose(list(range(300)), 63)[0] == "draft"
+    for _ in range(10):
+        shared.add_length(8)
+    assert policy.expected_remaining(64) == 8 and policy.expected_remaining(3) == 3
+    assert policy.choose(list(range(300)), 63)[0] == "none"
+
+
+def test_the_engine_counts_how_long_completions_run():
+    engine = tiny_engine()
+    prompt = random_prompt(5, 40)
+    lengths = [len(engine.complete(CompletionRequest(prompt, n, drafter="none")).token_ids) for n in (3, 5, 7, 9, 11)]
+    weights = [engine.acceptance.decay ** (len(lengths) - 1 - i) for i in range(len(lengths))]
+    want = sum(w * n for w, n in zip(weights, lengths)) / sum(weights)
+    assert engine.acceptance.typical_length() == pytest.approx(want) and 3 < want < 11
