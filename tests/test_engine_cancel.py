@@ -14,7 +14,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from engine import CancelToken, CompletionRequest, Engine
-from engine.kvcache import TrackedCache
+from engine.kvcache import PREFILL_CHUNK, TrackedCache
 from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec
 from engine.testing import build_tiny_model
 from engine_helpers import STOP_IDS, random_prompt, reference_greedy, tiny_tokenizer
@@ -104,7 +104,8 @@ def assert_consistent(cache: TrackedCache) -> None:
         assert torch.allclose(got.values[..., :n, :], want.values, atol=1e-4)
 
 
-PROMPT_TOKENS = 700  # after an edit near the top: two prefill chunks (512 + 137 tokens)
+C = PREFILL_CHUNK  # tokens per prefill pass of a torch model
+PROMPT_TOKENS = 700  # after an edit near the top: 650 tokens to prefill, in passes of C
 
 
 def edited_near_top(prompt: list[int], seed: int) -> list[int]:
@@ -113,7 +114,7 @@ def edited_near_top(prompt: list[int], seed: int) -> list[int]:
 
 # name: (where the cancel is set, the phase the engine reports meanwhile)
 CASES = {
-    # The second 512-token chunk of a prefill after an edit near the top: the first chunk stays cached.
+    # The second chunk of a prefill after an edit near the top: the first chunk stays cached.
     "prefill": (Trigger("target", 1, lambda n: n > K + 1, nth=2), "prefill"),
     # The third verify pass ([pending] + K drafts).
     "verify": (Trigger("target", 1, lambda n: n == K + 1, nth=3), "verify"),
@@ -149,7 +150,7 @@ def test_a_cancel_inside_layer_k_stops_the_pass_before_layer_k_plus_1(rig, case)
     assert_consistent(session.target)
     assert_consistent(session.draft)
     if case == "prefill":  # the first chunk after the edit survived the cancel of the second
-        assert session.target.ids == prompt[:50 + 512]
+        assert session.target.ids == prompt[:50 + C]
     else:  # the prompt and whatever was committed before the cancel, but the pending last token
         assert session.target.ids == (prompt + result.token_ids)[:-1]
         assert result.token_ids == expected[:len(result.token_ids)]
@@ -240,11 +241,11 @@ def test_a_cancelled_shared_pass_ends_only_if_the_next_request_wants_it(rig, nex
     by the next request: one that shares the pass's tokens lets it end and reuses them; one that does not (another
     document, or an edit before the pass's end) stops it within a layer, so the user who jumped waits for nothing."""
     engine, log = rig
-    prompt = random_prompt(31, length=PROMPT_TOKENS)  # passes 0-512 and 512-650 shared, then 650-699
-    shared = 650
+    prompt = random_prompt(31, length=PROMPT_TOKENS)  # passes 0-C and C-(C+138) shared, then the rest
+    shared = C + 138
     following = {"same prompt": ("doc", prompt),
                  "another document": ("other", random_prompt(32, length=40)),
-                 "an edit before the pass's end": ("doc", prompt[:600] + random_prompt(33, length=100))}
+                 "an edit before the pass's end": ("doc", prompt[:shared - 50] + random_prompt(33, length=100))}
     session, next_prompt = following[next_request]
     submitted = []
 
@@ -252,7 +253,7 @@ def test_a_cancelled_shared_pass_ends_only_if_the_next_request_wants_it(rig, nex
         submitted.append(engine.submit(CompletionRequest(next_prompt, 2, session=session, drafter="none"),
                                        CancelToken()))
 
-    # Inside layer 1 of the second shared pass (138 tokens); the first (512 tokens) counts as the first.
+    # Inside layer 1 of the second shared pass (138 tokens); the first (C tokens) counts as the first.
     token = log.arm(Trigger("target", 1, lambda n: n > K + 1, nth=2, then=next_keystroke))
     first = CompletionRequest(prompt, MAX_NEW, session="doc", drafter="none", shared_prefix=shared)
     result = engine.submit(first, token).result(timeout=120)
@@ -260,13 +261,13 @@ def test_a_cancelled_shared_pass_ends_only_if_the_next_request_wants_it(rig, nex
     following_result = submitted[0].result(timeout=120)
 
     assert result.finish_reason == "cancelled"
-    cancelled_pass = [(layer, n) for model, layer, n in log.calls[:log.fired_at + 8] if n == shared - 512]
+    cancelled_pass = [(layer, n) for model, layer, n in log.calls[:log.fired_at + 8] if n == shared - C]
     ended = next_request == "same prompt"
     assert [layer for layer, _ in cancelled_pass] == ([0, 1, 2, 3] if ended else [0, 1])
     # what the cancelled request computed: the first pass, the second only if it ended, never the unshared rest
-    assert result.stats.new_prompt_tokens == (shared if ended else 512)
+    assert result.stats.new_prompt_tokens == (shared if ended else C)
     if ended:
         assert following_result.stats.reused_prompt_tokens == shared
     else:
-        assert engine.sessions["doc"].target.ids[:512] == prompt[:512]
+        assert engine.sessions["doc"].target.ids[:C] == prompt[:C]
     assert_consistent(engine.sessions["doc"].target)
