@@ -1,7 +1,7 @@
 """Measure what this machine can do, once, and choose formats from the measurements — never from CPU flags.
 
 For each model of a pair and each weight format x activation dtype (engine/quant.py), time on *this* machine:
-a pass over 1, 2, 4, 8 and 16 new tokens after a 256-token context (the K+1 widths of verification; the 1-token pass
+a pass over 1, 2, 4, 8 and 16 new tokens after a 1,024-token context (the K+1 widths of verification; the 1-token pass
 is also the draft step) and prefill tokens/s. The models are the real architectures from their config.json with
 random weights (engine/calibrate_torch.py). The measuring runs once, in a child process (`python -m
 engine.calibrate`), so that no torch or llama.cpp thread pool is left behind in the process that serves.
@@ -42,6 +42,10 @@ DRAFT_FORMATS = ("int4", "int8", "dense")  # "gguf" only models a Q4_K_M file; t
 VNNI_FORMATS = {"target": ("vnni",), "draft": ("vnni4",)}  # where engine/vnni.py's kernel is offered
 ACTIVATIONS = ("bfloat16", "float32")
 WIDTHS = (1, 2, 4, 8, 16)
+# Passes are timed after this many tokens of context: what the server's prompts hold (promptTokens auto: 1,024-1,536).
+# After 256 the vnni target looked cheaper a token than llama.cpp's; at 1,500 its torch attention added ~12 ms a pass,
+# and in the replay of real typing llama.cpp's answered more keystrokes in time (docs/benchmarks.md, sixteenth).
+CONTEXT_TOKENS = 1024
 # The draft model is loaded when it could pay: this speed-up at 90 % acceptance (code completions often reach it).
 # Whether it is used is then decided per document from the running acceptance (engine/policy.py).
 DRAFT_PAYS_AT = 1.1
@@ -50,7 +54,8 @@ DRAFT_ALPHA = 0.9
 # model reached over the bench prompts (0.78 on the Zen 5, docs/benchmarks.md): cheap verify passes count.
 TYPICAL_ALPHA = 0.8
 COMPLETION_PROMPT, COMPLETION_TOKENS = 100, 16  # a short completion: new prompt tokens, then tokens generated
-VERSION = 5  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni
+VERSION = 6  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
+# 6: passes after 1,024 tokens of context
 
 
 @dataclass
@@ -371,7 +376,7 @@ def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] =
         log.info("timing %s in llama.cpp (%s)", role, path)
         config = (configs or {}).get(role)
         torch_config = config if config is not None and torch_prefill.supports(config) else None
-        rows.append(calibrate_llamacpp.measure(role, path, torch_config=torch_config))
+        rows.append(calibrate_llamacpp.measure(role, path, context_tokens=CONTEXT_TOKENS, torch_config=torch_config))
     return rows
 
 

@@ -25,7 +25,8 @@ def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens
     transformers config): also the same prefill in torch W8A8 with random weights, handed over to llama.cpp."""
     from .calibrate import Measurement
 
-    model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=1024, label=role)
+    model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=max(1024, context_tokens + max(widths) + 64),
+                          label=role)
     try:
         rng = np.random.default_rng(0)
         tokens = rng.integers(100, min(model.n_vocab, 30_000), size=context_tokens + prefill_tokens + 32).tolist()

@@ -119,6 +119,25 @@ def test_full_depth_cycles_distinct_layers_with_their_own_cache_slots():
     assert len(out.past_key_values.layers) == 5
 
 
+def test_a_pass_is_timed_after_a_context_written_straight_into_the_cache():
+    from transformers import Qwen2ForCausalLM
+
+    from engine.calibrate_torch import fill_context
+    from engine.kvcache import TrackedCache
+
+    model = Qwen2ForCausalLM(tiny_config(384, 2, hidden=64)).eval().to(torch.bfloat16)
+    cache = TrackedCache(model)
+    ids = list(range(100, 140))
+    with torch.inference_mode():
+        fill_context(cache, ids)
+        assert cache.ids == ids
+        assert all(layer.keys.shape[-2] == 40 and layer.keys.dtype == torch.bfloat16 for layer in cache.cache.layers)
+        assert cache.forward([7, 8], logits="all").shape[0] == 2
+        assert len(cache.ids) == 42 and all(layer.keys.shape[-2] == 42 for layer in cache.cache.layers)
+        cache.truncate(40)
+        assert all(layer.keys.shape[-2] == 40 for layer in cache.cache.layers)
+
+
 def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
