@@ -101,7 +101,7 @@ def check(settings) -> int:
           f"weights / {pair.activations} activations, draft "
           f"{pair.draft_weights or 'not loaded'})")
     if pair.calibration is not None:
-        from engine.calibrate import format_table
+        from engine.calibrate_report import format_table
 
         from engine.llamacpp_probe import pair_line
         from engine.models import codecue_home

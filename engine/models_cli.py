@@ -62,7 +62,8 @@ def print_calibration(pair, home: Path, measure: bool, force: bool = False) -> b
     load_pair, llama.cpp's rows included (measuring first when asked)."""
     import torch
 
-    from .calibrate import calibration_for, choose, format_table, formats_here, load_cached, machine_key
+    from .calibrate import calibration_for, choose, formats_here, load_cached, machine_key
+    from .calibrate_report import format_table
     from .machine_choice import llamacpp_available, resolve_formats
     from .models import model_config
 

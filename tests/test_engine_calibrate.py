@@ -9,7 +9,8 @@ import torch
 from engine import calibrate as cal_mod
 from engine import calibrate_torch as timing
 from engine.calibrate import (DRAFT_FORMATS, TARGET_FORMATS, Calibration, Measurement, WIDTHS, calibration_for, choose,
-                              expected_speedup, format_table, formats_here, load_cached, machine_key)
+                              expected_speedup, formats_here, load_cached, machine_key)
+from engine.calibrate_report import format_table
 from engine.calibrate_torch import full_depth
 from engine.testing import tiny_config
 

@@ -214,7 +214,8 @@ def llamacpp_row(prefill_tok_s: float, torch_tok_s: float, torch_from: int = 48)
 @pytest.mark.parametrize("torch_tok_s,torch_from,chosen", [(0.0, 0, False), (110.0, 48, False), (200.0, 48, True),
                                                            (200.0, 0, False)])
 def test_torch_prefill_is_chosen_only_where_measured_clearly_faster(torch_tok_s, torch_from, chosen):
-    from engine.calibrate import Calibration, choose, format_table
+    from engine.calibrate import Calibration, choose
+    from engine.calibrate_report import format_table
 
     cal = Calibration(key={"processor": "cpu", "cpu_capability": "AVX2", "threads": 2, "torch": "x"},
                       measurements=[llamacpp_row(100.0, torch_tok_s, torch_from)])

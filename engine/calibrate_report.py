@@ -1,0 +1,45 @@
+"""The calibration table as `codecue-models list/calibrate` and `codecue-lsp --check` print it (engine/calibrate.py)."""
+from __future__ import annotations
+
+from .calibrate import DRAFT_ALPHA, WIDTHS, Calibration, Choice
+
+
+def copy_kind(weights: str) -> str:
+    """What a format's copy of the weights for prefill is (engine/quant.py: set_prefill_weights)."""
+    from .quant import VNNI_FORMATS
+
+    return "w8a8" if weights in VNNI_FORMATS else "dense"
+
+
+def format_table(cal: Calibration, choice: Choice | None = None) -> str:
+    key = cal.key
+    lines = [f"calibration on {key['processor']} ({key['cpu_capability']}, {key['threads']} threads, "
+             f"torch {key['torch']}; measured in {cal.seconds:.0f} s)",
+             f"{'model':7s} {'weights':8s} {'act':9s} " + " ".join(f"{f'{w} tok':>9s}" for w in WIDTHS)
+             + f" {'prefill':>11s} {'1-line':>8s}"]
+    for m in cal.measurements:
+        cells = " ".join(f"{m.pass_ms[w]:7.1f}ms" if w in m.pass_ms else f"{'-':>9s}" for w in WIDTHS)
+        dense = f" ({copy_kind(m.weights)} {m.prefill_dense_tok_s:.0f})" if m.prefill_dense_tok_s else ""
+        dense += (f" (torch w8a8 {m.prefill_torch_tok_s:.3g}, faster from "
+                  f"{m.prefill_torch_from or 'no'} tokens)" if m.prefill_torch_tok_s else "")
+        tail = (f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms{dense}" if m.complete
+                else "  (screened out: slow)")
+        lines.append(f"{m.role:7s} {m.weights:8s} {m.activations:9s} {cells}{tail}")
+    if choice is not None:
+        lines.append(chosen_line(cal, choice))
+    return "\n".join(lines)
+
+
+def chosen_line(cal: Calibration, choice: Choice) -> str:
+    target = cal.get("target", choice.target_weights, choice.target_activations)
+    draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
+    cost = (f"; a short completion {target.drafted_line_ms(draft):.0f} ms (drafting where it pays)"
+            if target is not None and target.complete else "")
+    return (f"chosen: target {choice.target_weights}/{choice.target_activations}"
+            + (f", draft {choice.draft_weights}/{choice.draft_activations}" if choice.draft_weights else "")
+            + (f", prefill through {copy_kind(choice.target_weights)} weights" if choice.target_prefill_dense else "")
+            + (f", prefill in torch w8a8 from {choice.target_prefill_torch_from} new tokens"
+               if choice.target_prefill_torch else "")
+            + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "
+               f"{choice.expected_draft_speedup:.2f}x at {DRAFT_ALPHA:.0%} acceptance)" if choice.draft_weights else "")
+            + cost)
