@@ -222,16 +222,19 @@ def test_prefill_chunks_use_the_dense_copy_and_steps_the_quantized_kernel(gguf_m
     assert set_prefill_weights(split, None) == 0 and torch.equal(layer(long_), plain_layer(long_))
 
 
-def test_speculation_with_dense_prefill_equals_target_alone_in_the_same_layout(gguf_model):
+# gguf: a dense copy for prefill; vnni: an int8 copy, prefill in W8A8 (engine/quant.py: set_prefill_weights)
+@pytest.mark.parametrize("weight_format,draft_format", [("gguf", "int4"), ("vnni", "vnni4")])
+def test_speculation_with_a_prefill_copy_equals_target_alone_in_the_same_layout(gguf_model, weight_format,
+                                                                                 draft_format):
     from engine.quant import dense_linear_weights, set_prefill_weights
 
     path, _ = gguf_model
     target = tiny_qwen()
     dense = {k: v.clone() for k, v in dense_linear_weights(target).items()}
-    set_prefill_weights(apply_weight_format(target, "gguf", "cpu", path), dense)
+    assert set_prefill_weights(apply_weight_format(target, weight_format, "cpu", path), dense) > 0
     base = tiny_pair("random")
     pair = LoadedPair(spec=PairSpec("q4k", base.spec.target, base.spec.target), target=target,
-                      draft=apply_weight_format(tiny_qwen(1), "int4", "cpu"), tokenizer=base.tokenizer,
+                      draft=apply_weight_format(tiny_qwen(1), draft_format, "cpu"), tokenizer=base.tokenizer,
                       device=torch.device("cpu"), dtype=torch.float32)
     engine = Engine(pair)
     for seed in (3, 4):
@@ -241,3 +244,4 @@ def test_speculation_with_dense_prefill_equals_target_alone_in_the_same_layout(g
             result = engine.complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
                                                        adaptive_k=False))
             assert result.token_ids == alone.token_ids, (seed, drafter)
+            assert result.stats.drafted > 0

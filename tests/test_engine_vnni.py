@@ -225,28 +225,3 @@ def test_prefill_chunks_of_a_vnni_layer_go_through_its_int8_copy_and_steps_throu
         assert relative_error(plain_layer(long_), want) > relative_error(layer(long_), want)  # not the 4-bit grid
     assert not any("prefill" in k for k in model.state_dict())
     assert set_prefill_weights(model, None) == 0 and "prefill_scale" not in dict(layer.named_buffers())
-
-
-def test_speculation_with_w8a8_prefill_equals_target_alone():
-    from engine.engine import Engine
-    from engine.models import LoadedPair, PairSpec
-    from engine.quant import set_prefill_weights
-    from engine.types import CompletionRequest
-
-    target = tiny_qwen()
-    dense = {name: layer.weight.detach().clone() for name, layer in target.named_modules()
-             if isinstance(layer, torch.nn.Linear)}
-    assert set_prefill_weights(apply_weight_format(target, "vnni", "cpu"), dense) > 0
-    base = tiny_pair("random")
-    pair = LoadedPair(spec=PairSpec("vnni", base.spec.target, base.spec.target), target=target,
-                      draft=apply_weight_format(tiny_qwen(1), "vnni4", "cpu"), tokenizer=base.tokenizer,
-                      device=torch.device("cpu"), dtype=torch.float32)
-    engine = Engine(pair)
-    for seed in (3, 4):
-        prompt = random_prompt(seed, 60, repeat=True)
-        alone = engine.complete(CompletionRequest(prompt, 24, drafter="none"))
-        for drafter, k in (("draft", 4), ("lookup", 8)):
-            result = engine.complete(CompletionRequest(prompt, 24, drafter=drafter, max_draft_tokens=k,
-                                                       adaptive_k=False))
-            assert result.token_ids == alone.token_ids, (seed, drafter)
-            assert result.stats.drafted > 0
