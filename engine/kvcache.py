@@ -10,6 +10,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from .interrupt import PassCancelled, cancellable
+from .lean_step import MAX_TOKENS as LEAN_MAX_TOKENS, lean_step_for
 from .types import CancelToken
 
 log = logging.getLogger(__name__)
@@ -105,14 +106,26 @@ class GrowingLayer(DynamicLayer):
     tokens of context, ~58 MB a pass for the 1.5B in fp32). Truncating keeps the room."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-            self.buffers, self.length = None, 0
+        self._start(key_states)
         end = self.length + key_states.shape[-2]
-        if self.buffers is None or end > self.buffers[0].shape[-2]:
-            self._grow(end, key_states, value_states)
-        for buffer, new in zip(self.buffers, (key_states, value_states)):
+        for buffer, new in zip(self.reserve(end, key_states), (key_states, value_states)):
             buffer[..., self.length:end, :].copy_(new)
+        return self.commit(end)
+
+    def _start(self, like: torch.Tensor) -> None:
+        if not self.is_initialized:
+            self.lazy_initialization(like, like)
+            self.buffers, self.length = None, 0
+
+    def reserve(self, end: int, like: torch.Tensor) -> list[torch.Tensor]:
+        """The key and value buffers, with room for `end` tokens (like: [1, kv_heads, n, head_dim] in the cache's
+        dtype). A caller that writes rows into them itself (engine/lean_step.py) then calls `commit(end)`."""
+        self._start(like)
+        if self.buffers is None or end > self.buffers[0].shape[-2]:
+            self._grow(end, like, like)
+        return self.buffers
+
+    def commit(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         self._set_length(end)
         return self.keys, self.values
 
@@ -185,8 +198,11 @@ class TrackedCache:
         self._grow_past_capacity(len(new_ids) + 16)  # 16: room for a padded verify pass
         try:
             with cancellable(self.model, cancelled):
+                lean = self._lean_step(len(new_ids))
                 if self.steps is not None:
                     out = self.steps.run(self.cache, list(new_ids), logits)
+                elif lean is not None:
+                    out = lean(self.cache, list(new_ids), len(self.ids), logits, cancelled)
                 else:
                     x = torch.tensor([new_ids], dtype=torch.long, device=self.model.device)
                     keep = 0 if logits == "all" else 1
@@ -202,6 +218,12 @@ class TrackedCache:
             raise
         self.ids.extend(new_ids)
         return None if logits == "none" else out.float()
+
+    def _lean_step(self, tokens: int):
+        """engine/lean_step.py's pass for a short pass on a cache of dynamic layers (not a static cache)."""
+        if self.steps is not None or tokens > LEAN_MAX_TOKENS or not isinstance(self.cache.layers[0], DynamicLayer):
+            return None
+        return lean_step_for(self.model)
 
     def _crop_layers_to_ids(self) -> None:
         """A pass stopped between layers: the layers before the stop hold its keys/values, the others do not.

@@ -264,7 +264,9 @@ def save_formatted(model: nn.Module, path: Path) -> None:
         if tensor.data_ptr() in seen:
             continue  # tied weights are stored once
         seen.add(tensor.data_ptr())
-        state[name] = tensor.contiguous()
+        # A view into a larger buffer (engine/lean_step.py fuses q/k/v) is written as its own bytes.
+        shares = tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size()
+        state[name] = tensor.clone() if shares else tensor.contiguous()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
     save_file(state, str(tmp), metadata={"layout": json.dumps(layout)})

@@ -25,6 +25,7 @@ from .quant import QuantizedLinear
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "kernels" / "vnni_linear.cpp"
+SOURCES = (SOURCE, SOURCE.parent / "lean_ops.cpp")  # one extension: the second is engine/lean_step.py's
 BLOCK = 16  # output channels per block (one 512-bit register of int32 sums)
 INT8_GROUP = 128  # activation group of the 8-bit layers (their weights have one scale per channel)
 
@@ -41,13 +42,13 @@ def kernel():
     from .models import codecue_home
 
     # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)).hexdigest()[:12]
     builds = Path(os.environ.get("CODECUE_EXTENSIONS") or codecue_home() / "extensions")
     build = builds / f"vnni-{torch.__version__}-{digest}".replace("+", "_")
     build.mkdir(parents=True, exist_ok=True)
     try:
         return cpp_extension.load(
-            name="codecue_vnni_linear", sources=[str(SOURCE)], build_directory=str(build),
+            name="codecue_vnni_linear", sources=[str(source) for source in SOURCES], build_directory=str(build),
             extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
             verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
     except Exception as exc:  # no compiler, no ninja, a compile error

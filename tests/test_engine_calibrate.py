@@ -196,7 +196,7 @@ def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypat
     pair = load_pair("tiny", device="cpu", with_draft=True)
     assert (home / "calibration.json").is_file()
     choice = pair.choice
-    assert pair.target_weights == choice.target_weights in cal_mod.TARGET_FORMATS
+    assert pair.target_weights == choice.target_weights in cal_mod.formats_here("cpu")["target"]  # vnni where offered
     assert str(pair.dtype) == f"torch.{choice.target_activations}"
     assert pair.draft is not None and pair.draft_weights == choice.draft_weights
     # The chosen formats are what was loaded: int formats swap out every nn.Linear.

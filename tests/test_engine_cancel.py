@@ -73,7 +73,10 @@ class LayerLog:
 
 
 @pytest.fixture
-def rig():
+def rig(monkeypatch):
+    # Layers are logged (and the cancel set) by forward hooks on transformers' decoder layers: short passes go through
+    # them too here. The lean step's own check between layers: tests/test_engine_lean_step.py.
+    monkeypatch.setenv("CODECUE_LEAN", "0")
     vocab = len(tiny_tokenizer())
     target, draft = build_tiny_model(vocab, 4, 0), build_tiny_model(vocab, 2, 1)
     fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")

@@ -242,7 +242,18 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   return ldo == N ? out : out.narrow(1, 0, N).contiguous();
 }
 
+// lean_ops.cpp
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, double scaling);
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
+torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor weight, double eps);
+torch::Tensor rope_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_buf,
+                              torch::Tensor v_buf, int64_t start, int64_t H, int64_t KV);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("has_vnni", &has_vnni, "compiled with AVX-512 VNNI");
   mod.def("linear", &linear, "weight-only 4/8-bit linear with int8 activations");
+  mod.def("decode_attention", &decode_attention, "attention of a few query tokens over the KV cache (lean_ops.cpp)");
+  mod.def("rms_norm", &rms_norm, "RMSNorm of float32 rows");
+  mod.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm of x");
+  mod.def("rope_into_cache", &rope_into_cache, "rotate q and k, write k and v into the cache buffers, return q");
 }

@@ -1,0 +1,272 @@
+// The ops of a short pass (decoding, verification: a few tokens) around the weight kernels, for
+// engine/lean_step.py; built into the same extension as vnni_linear.cpp.
+//
+// decode_attention: torch's matmul hands a [6 x 128] x [128 x 1,024] product to MKL's sgemm, which first packs the
+// keys into panels. Read cold (the weights streamed since the last layer evict them) that took 160-270 us a layer for
+// the 1.5B at 1,024 tokens of context on a Zen 4, where streaming the same 1 MB takes ~40 us. Here every key and value
+// row is read once, straight from the cache buffer, and multiplied into all query rows of its KV head (grouped-query
+// attention: the query heads that share a KV head share the read). The softmax between the two is ATen's.
+// rms_norm, add_rms_norm, rope_into_cache: what transformers runs as 5-10 small ATen ops each (~8-60 us apiece on
+// 2 cores, 28 layers a pass), in one call.
+//
+// A row's numbers never depend on the other rows of the pass (each dot product and each accumulation runs in the
+// same order whatever n is), so a verify pass computes each token as a one-token pass would.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int kRowsPerBlock = 4;  // query rows per sweep over the keys (4 independent dot-product chains)
+// Cache rows asked for this many rows ahead (4 KB for 128-float rows): as for the vnni kernel's weights, the hardware
+// prefetcher alone leaves a single stream per core well below the memory's bandwidth.
+constexpr int kAheadRows = 8;
+
+inline void prefetch_row(const float* row, int64_t D) {
+  for (int64_t c = 0; c < D; c += 16) __builtin_prefetch(row + c, 0, 3);
+}
+
+// scores[r][j] = scale * dot(q_r, k_j) for `rows` rows of one KV head, keys 0..L-1 (masked ones: -inf). ROWS is
+// the row count known at compile time (its accumulators stay in registers), 0 where it is not.
+template <int ROWS>
+void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int64_t D, float scale,
+                const int64_t* visible, float* const* scores) {
+  const float masked = -std::numeric_limits<float>::infinity();
+  if (ROWS) rows = ROWS;
+  for (int64_t j = 0; j < L; ++j) {
+    const float* k = k0 + j * D;
+    if (j + kAheadRows < L) prefetch_row(k + kAheadRows * D, D);
+#if defined(__AVX512F__)
+    if (D % 16 == 0) {
+      __m512 acc[kRowsPerBlock];
+      for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < D; c += 16) {
+        const __m512 kc = _mm512_loadu_ps(k + c);
+        for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + c), kc, acc[r]);
+      }
+      for (int r = 0; r < rows; ++r) scores[r][j] = j < visible[r] ? scale * _mm512_reduce_add_ps(acc[r]) : masked;
+      continue;
+    }
+#endif
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.f;
+      for (int64_t c = 0; c < D; ++c) acc += q[r][c] * k[c];
+      scores[r][j] = j < visible[r] ? scale * acc : masked;
+    }
+  }
+}
+
+// out_r = sum_j p[r][j] * v_j for rows of one KV head (keys past a row's last visible one have p = 0: skipped).
+template <int ROWS>
+void weigh_values(const float* const* p, int rows, const float* v0, int64_t D, const int64_t* visible,
+                  float* const* out) {
+  if (ROWS) rows = ROWS;
+  int64_t last = 0;
+  for (int r = 0; r < rows; ++r) last = std::max(last, visible[r]);
+  for (int64_t c0 = 0; c0 < D; c0 += 64) {  // 64 columns x 4 rows: 16 accumulators in registers
+    const int64_t width = std::min<int64_t>(64, D - c0);
+#if defined(__AVX512F__)
+    if (width == 64) {
+      __m512 acc[kRowsPerBlock][4];
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+      for (int64_t j = 0; j < last; ++j) {
+        const float* v = v0 + j * D + c0;
+        if (j + kAheadRows < last) prefetch_row(v + kAheadRows * D, width);
+        const __m512 v0c = _mm512_loadu_ps(v), v1c = _mm512_loadu_ps(v + 16), v2c = _mm512_loadu_ps(v + 32),
+                     v3c = _mm512_loadu_ps(v + 48);
+        for (int r = 0; r < rows; ++r) {
+          if (j >= visible[r]) continue;
+          const __m512 pr = _mm512_set1_ps(p[r][j]);
+          acc[r][0] = _mm512_fmadd_ps(pr, v0c, acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(pr, v1c, acc[r][1]);
+          acc[r][2] = _mm512_fmadd_ps(pr, v2c, acc[r][2]);
+          acc[r][3] = _mm512_fmadd_ps(pr, v3c, acc[r][3]);
+        }
+      }
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out[r] + c0 + 16 * c, acc[r][c]);
+      continue;
+    }
+#endif
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < width; ++c) out[r][c0 + c] = 0.f;
+      for (int64_t j = 0; j < visible[r]; ++j)
+        for (int64_t c = 0; c < width; ++c) out[r][c0 + c] += p[r][j] * v0[j * D + c0 + c];
+    }
+  }
+}
+
+}  // namespace
+
+// q: [n, heads, d] float32; keys, values: [1, kv_heads, L, d] float32 with contiguous rows (any head stride: views
+// of a cache buffer with room to spare). Query token t sits at position L - n + t and sees keys 0 .. L - n + t.
+// Returns [n, heads * d] float32.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, double scaling) {
+  TORCH_CHECK(q.dim() == 3 && keys.dim() == 4 && values.dim() == 4, "q [n, heads, d], keys/values [1, kv, L, d]");
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && keys.scalar_type() == torch::kFloat32 &&
+              values.scalar_type() == torch::kFloat32, "float32 only");
+  const int64_t n = q.size(0), H = q.size(1), D = q.size(2), KV = keys.size(1), L = keys.size(2);
+  TORCH_CHECK(keys.size(0) == 1 && values.sizes() == keys.sizes() && keys.size(3) == D, "shapes do not match");
+  TORCH_CHECK(H % KV == 0 && L >= n, "heads must be a multiple of the KV heads, the cache must hold the pass");
+  TORCH_CHECK(keys.stride(3) == 1 && keys.stride(2) == D && values.stride(3) == 1 && values.stride(2) == D,
+              "key and value rows must be contiguous");
+  const int64_t G = H / KV, R = G * n;  // rows per KV head: r = g * n + t for query head kv * G + g, token t
+  auto qc = q.contiguous();
+  auto scores = torch::empty({KV, R, L}, torch::kFloat32);
+  const float* qp = qc.data_ptr<float>();
+  const float* kp = keys.data_ptr<float>();
+  const float* vp = values.data_ptr<float>();
+  float* sp = scores.data_ptr<float>();
+  const int64_t k_head = keys.stride(1), v_head = values.stride(1);
+  const float scale = static_cast<float>(scaling);
+  auto query_row = [&](int64_t kv, int64_t r) { return qp + ((r % n) * H + kv * G + r / n) * D; };
+  auto visible = [&](int64_t r) { return L - n + r % n + 1; };  // keys 0 .. visible - 1
+
+  // A task is a KV head's rows (with 2 threads: one head each), swept over the keys kRowsPerBlock rows at a time.
+  auto each_block = [&](auto&& fn) {
+    at::parallel_for(0, KV * R, R, [&](int64_t begin, int64_t end) {
+      for (int64_t kv = begin / R; kv * R < end; ++kv) {
+        const int64_t r0 = std::max(begin, kv * R) - kv * R, r1 = std::min(end, (kv + 1) * R) - kv * R;
+        for (int64_t r = r0; r < r1; r += kRowsPerBlock) fn(kv, r, static_cast<int>(std::min<int64_t>(kRowsPerBlock, r1 - r)));
+      }
+    });
+  };
+  each_block([&](int64_t kv, int64_t r, int rows) {
+    const float* q_rows[kRowsPerBlock];
+    float* s_rows[kRowsPerBlock];
+    int64_t seen[kRowsPerBlock];
+    for (int i = 0; i < rows; ++i) {
+      q_rows[i] = query_row(kv, r + i);
+      s_rows[i] = sp + (kv * R + r + i) * L;
+      seen[i] = visible(r + i);
+    }
+    switch (rows) {  // full blocks, and the last one of 1-3 rows, with their accumulators in registers
+      case 4: score_rows<4>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
+      case 3: score_rows<3>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
+      case 2: score_rows<2>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
+      default: score_rows<1>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
+    }
+  });
+  auto probs = scores.softmax(-1);
+  const float* pp = probs.data_ptr<float>();
+  auto out = torch::empty({n, H * D}, torch::kFloat32);
+  float* op = out.data_ptr<float>();
+  each_block([&](int64_t kv, int64_t r, int rows) {
+    const float* p_rows[kRowsPerBlock];
+    float* o_rows[kRowsPerBlock];
+    int64_t seen[kRowsPerBlock];
+    for (int i = 0; i < rows; ++i) {
+      const int64_t row = r + i;
+      p_rows[i] = pp + (kv * R + row) * L;
+      o_rows[i] = op + ((row % n) * H + kv * G + row / n) * D;
+      seen[i] = visible(row);
+    }
+    switch (rows) {
+      case 4: weigh_values<4>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+      case 3: weigh_values<3>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+      case 2: weigh_values<2>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+      default: weigh_values<1>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+    }
+  });
+  return out;
+}
+
+namespace {
+
+void check_rows(const torch::Tensor& x, const char* name) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              name, " must be a contiguous float32 [rows, width] tensor");
+}
+
+// out = x * rsqrt(mean(x^2) + eps) * weight, row by row (transformers' Qwen2RMSNorm in float32).
+void norm_rows(const float* x, const float* weight, int64_t rows, int64_t width, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * width;
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < width; ++c) sum += xr[c] * xr[c];
+    const float inv = 1.f / std::sqrt(sum / static_cast<float>(width) + eps);
+    float* o = out + r * width;
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) o[c] = weight[c] * (xr[c] * inv);
+  }
+}
+
+}  // namespace
+
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+  check_rows(x, "x");
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat32 && weight.is_contiguous() && weight.numel() == x.size(1),
+              "weight must be float32 [width]");
+  auto out = torch::empty_like(x);
+  norm_rows(x.data_ptr<float>(), weight.data_ptr<float>(), x.size(0), x.size(1), static_cast<float>(eps),
+            out.data_ptr<float>());
+  return out;
+}
+
+// x += delta (the residual stream, in place), then returns rms_norm(x).
+torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor weight, double eps) {
+  check_rows(x, "x");
+  check_rows(delta, "delta");
+  TORCH_CHECK(delta.sizes() == x.sizes(), "delta must match x");
+  float* xp = x.data_ptr<float>();
+  const float* dp = delta.data_ptr<float>();
+  const int64_t total = x.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < total; ++i) xp[i] += dp[i];
+  return rms_norm(x, weight, eps);
+}
+
+// qkv: [n, (H + 2 KV) * D], the fused projection's output (q heads, then k heads, then v heads); cos, sin: [n, D]
+// (transformers' rotary embedding, its two halves equal). Rotates q and k (NeoX halves, as apply_rotary_pos_emb),
+// writes k and v into rows start .. start + n - 1 of the cache buffers k_buf, v_buf ([1, KV, capacity, D], rows
+// contiguous), and returns the rotated q as [n, H, D].
+torch::Tensor rope_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_buf,
+                              torch::Tensor v_buf, int64_t start, int64_t H, int64_t KV) {
+  check_rows(qkv, "qkv");
+  check_rows(cos, "cos");
+  check_rows(sin, "sin");
+  const int64_t n = qkv.size(0), D = cos.size(1), half = D / 2;
+  TORCH_CHECK(qkv.size(1) == (H + 2 * KV) * D && cos.size(0) == n && sin.sizes() == cos.sizes() && D % 2 == 0,
+              "qkv must be [n, (heads + 2 kv_heads) * head_dim], cos and sin [n, head_dim]");
+  TORCH_CHECK(k_buf.dim() == 4 && k_buf.scalar_type() == torch::kFloat32 && v_buf.sizes() == k_buf.sizes() &&
+              v_buf.scalar_type() == torch::kFloat32 && k_buf.size(1) == KV && k_buf.size(3) == D &&
+              k_buf.stride(3) == 1 && k_buf.stride(2) == D && v_buf.stride(3) == 1 && v_buf.stride(2) == D &&
+              start >= 0 && start + n <= k_buf.size(2), "cache buffers must be float32 [1, kv, capacity, d] with room");
+  auto q = torch::empty({n, H, D}, torch::kFloat32);
+  const float* src = qkv.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  float* kp = k_buf.data_ptr<float>();
+  float* vp = v_buf.data_ptr<float>();
+  auto rotate = [&](const float* x, const float* ct, const float* st, float* out) {
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      out[i] = x[i] * ct[i] + (-x[i + half]) * st[i];
+      out[i + half] = x[i + half] * ct[i + half] + x[i] * st[i + half];
+    }
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = src + t * (H + 2 * KV) * D;
+    const float* ct = c + t * D;
+    const float* st = s + t * D;
+    for (int64_t h = 0; h < H; ++h) rotate(row + h * D, ct, st, qp + (t * H + h) * D);
+    for (int64_t h = 0; h < KV; ++h) {
+      rotate(row + (H + h) * D, ct, st, kp + h * k_buf.stride(1) + (start + t) * D);
+      std::memcpy(vp + h * v_buf.stride(1) + (start + t) * D, row + (H + KV + h) * D, D * sizeof(float));
+    }
+  }
+  return q;
+}
+

@@ -1,0 +1,266 @@
+"""Short passes of a Qwen2 torch model without transformers' forward around the kernels (gpt-fast style).
+
+A decode or verify pass of a few tokens costs its kernels plus the ops around them, and transformers' forward runs
+~50 small ops a layer (mask building, position bookkeeping, dtype round trips, output dataclasses): on 2 cores that
+was ~9 ms of a ~32 ms one-token pass of the 1.5B in vnni, ~5 of ~15 ms of the 0.5B's (docs/benchmarks.md,
+seventeenth). Here the same layers run written out, on the same modules and the same KV cache: RMSNorm, one fused
+q/k/v projection, RoPE from the model's own rotary embedding, grouped attention over the cache, SwiGLU with one fused
+gate/up projection. Prefill chunks still go through transformers (their ops are few against their kernels' time).
+
+Fusing: where q/k/v (or gate/up) are vnni layers of one kind, one kernel call computes them together and
+quantizes the activations once; the three modules' buffers become views into the fused one, so no byte is stored
+twice. Other formats run their modules one by one. Per token the arithmetic is transformers' own (the tests compare
+logits); both modes of the engine pass through here, so speculation stays exact against target alone.
+
+`CODECUE_LEAN=0` turns it off (benchmarks compare the two in one run).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from .interrupt import PassCancelled
+
+MAX_TOKENS = 16  # passes up to this many new tokens (decode, verification, the calibration's widths)
+
+
+def enabled() -> bool:
+    return os.environ.get("CODECUE_LEAN", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def lean_step_for(model) -> "LeanStep | None":
+    """The model's lean step (built on first use, rebuilt after a dtype change or a new weight format), or None
+    where its architecture is not handled or CODECUE_LEAN=0."""
+    if not enabled() or not supports(model):
+        return None
+    key = _weights_key(model)
+    held = getattr(model, "codecue_lean", None)
+    if held is not None and held[0] == key:
+        return held[1]
+    step = LeanStep(model)
+    model.codecue_lean = (key, step)
+    return step
+
+
+def supports(model) -> bool:
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
+
+    if not isinstance(model, Qwen2ForCausalLM):  # a wrapper's own forward must run
+        return False
+    config = model.config
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    return (not getattr(config, "use_sliding_window", False)
+            and rope.get("rope_type", "default") == "default"
+            and set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"})
+
+
+def _weights_key(model) -> tuple:
+    layers = model.model.layers
+    return (model.model.embed_tokens.weight.dtype, len(layers), id(layers[0].self_attn.q_proj),
+            id(layers[-1].mlp.down_proj), id(model.lm_head))
+
+
+class LeanStep:
+    def __init__(self, model):
+        inner, config = model.model, model.config
+        self.embed, self.final_norm, self.lm_head = inner.embed_tokens, inner.norm, model.lm_head
+        self.rotary = inner.rotary_emb
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        fused: dict[tuple, list] = {}  # layers that share modules (the calibration's cycled depth) share fusions
+        self.layers = [LeanLayer(layer, fused) for layer in inner.layers]
+        kernels = kernels_for(model)
+        self.torch_ops = TorchOps(self.heads, self.kv_heads, self.head_dim)
+        self.kernel_ops = KernelOps(kernels, self.heads, self.kv_heads, self.head_dim) if kernels else None
+
+    @torch.inference_mode()
+    def __call__(self, cache, new_ids: list[int], start: int, want: str, cancelled=None) -> torch.Tensor | None:
+        """One pass over new_ids at positions start.. after what `cache` (a DynamicCache) holds. want: "all" |
+        "last" | "none". Raises PassCancelled between layers once cancelled() is true (earlier layers hold the
+        pass's keys and values: the caller cuts them back)."""
+        n = len(new_ids)
+        device = self.embed.weight.device
+        x = self.embed(torch.tensor(new_ids, dtype=torch.long, device=device))  # [n, hidden]
+        positions = torch.arange(start, start + n, device=device)
+        cos, sin = self.rotary(x, positions[None])
+        mask = None
+        if n > 1:  # new token i sees the cache and new tokens 0..i
+            seen = torch.arange(start + n, device=device)[None, :] <= positions[:, None]
+            mask = torch.zeros(seen.shape, dtype=x.dtype, device=device).masked_fill_(~seen, float("-inf"))
+        ops = self.kernel_ops if self.kernel_ops is not None and x.dtype == torch.float32 else self.torch_ops
+        pass_ = PassInputs(cos[0], sin[0], mask, start)
+        delta = None  # the last layer's MLP output, added to x with the next norm
+        for index, layer in enumerate(self.layers):
+            if cancelled is not None and cancelled():
+                raise PassCancelled
+            delta = layer(ops, x, delta, pass_, cache.layers[index])
+        x.add_(delta)
+        if want == "none":
+            return None
+        if want == "last":
+            x = x[-1:]
+        return self.lm_head(self.final_norm(x))
+
+
+class PassInputs:
+    def __init__(self, cos, sin, mask, start):
+        self.cos, self.sin, self.mask, self.start = cos, sin, mask, start  # cos, sin: [n, head_dim]
+
+
+class LeanLayer:
+    """One decoder layer's modules, with q/k/v and gate/up fused where their format allows."""
+
+    def __init__(self, layer, fused: dict):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.attn_norm, self.mlp_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj], fused)
+        self.o = attn.o_proj
+        self.gate_up = fuse([mlp.gate_proj, mlp.up_proj], fused)
+        self.down = mlp.down_proj
+        self.act = mlp.act_fn
+
+    def __call__(self, ops, x, delta, pass_: PassInputs, cache_layer) -> torch.Tensor:
+        """Updates the residual stream x in place (adding the previous layer's `delta` first); returns this layer's
+        MLP output, for the next layer (or the final norm) to add."""
+        h = ops.add_norm(x, delta, self.attn_norm)
+        q, keys, values = ops.rope_into_cache(self.qkv(h), pass_, cache_layer)
+        h = ops.add_norm(x, self.o(ops.attend(q, keys, values, pass_.mask)), self.mlp_norm)
+        gate, up = self.gate_up(h).chunk(2, dim=-1)
+        return self.down(self.act(gate).mul_(up))
+
+
+class TorchOps:
+    """The ops between the weight kernels, in torch: transformers' arithmetic, any dtype."""
+
+    def __init__(self, heads: int, kv_heads: int, head_dim: int):
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.scaling = head_dim ** -0.5
+
+    def add_norm(self, x, delta, norm):
+        if delta is not None:
+            x.add_(delta)
+        return rms_norm(x, norm)
+
+    def rope_into_cache(self, qkv, pass_: PassInputs, cache_layer):
+        n, heads, kv_heads, dim = qkv.shape[0], self.heads, self.kv_heads, self.head_dim
+        qk = qkv[:, :(heads + kv_heads) * dim].reshape(n, heads + kv_heads, dim)
+        cos, sin = pass_.cos[:, None, :], pass_.sin[:, None, :]
+        qk = qk * cos + rotate_half(qk) * sin  # transformers' apply_rotary_pos_emb, q and k at once
+        v = qkv[:, (heads + kv_heads) * dim:].view(n, kv_heads, dim)
+        keys, values = cache_layer.update(qk[:, heads:].transpose(0, 1)[None], v.transpose(0, 1)[None])
+        return qk[:, :heads], keys, values
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
+        """q [n, heads, d]; keys/values [1, kv_heads, ctx, d] (views of the cache). The query heads of one KV head
+        are stacked as rows of one matrix (engine/attention.py: no copy of the cache per query head)."""
+        n, groups = q.shape[0], self.heads // self.kv_heads
+        rows = q.transpose(0, 1).reshape(self.kv_heads, groups * n, self.head_dim)
+        scores = torch.matmul(rows, keys[0].transpose(1, 2)) * self.scaling  # [kv_heads, groups * n, ctx]
+        if mask is not None:
+            scores = (scores.view(self.kv_heads, groups, n, -1) + mask).view(self.kv_heads, groups * n, -1)
+        probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, values[0])  # [kv_heads, groups * n, d]
+        return out.view(self.heads, n, self.head_dim).transpose(0, 1).reshape(n, self.heads * self.head_dim)
+
+
+class KernelOps(TorchOps):
+    """The same ops in the C++ extension (engine/kernels/lean_ops.cpp), float32: one call each instead of 5-10 small
+    torch ops, and attention that streams the cache once."""
+
+    def __init__(self, kernels, heads: int, kv_heads: int, head_dim: int):
+        super().__init__(heads, kv_heads, head_dim)
+        self.kernels = kernels
+
+    def add_norm(self, x, delta, norm):
+        if delta is None:
+            return self.kernels.rms_norm(x, norm.weight, norm.variance_epsilon)
+        return self.kernels.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon)
+
+    def rope_into_cache(self, qkv, pass_: PassInputs, cache_layer):
+        if not hasattr(cache_layer, "reserve"):  # not a GrowingLayer (engine/kvcache.py)
+            return super().rope_into_cache(qkv, pass_, cache_layer)
+        n = qkv.shape[0]
+        end = pass_.start + n
+        like = qkv.new_empty((1, self.kv_heads, n, self.head_dim))
+        k_buf, v_buf = cache_layer.reserve(end, like)
+        q = self.kernels.rope_into_cache(qkv, pass_.cos, pass_.sin, k_buf, v_buf, pass_.start, self.heads,
+                                         self.kv_heads)
+        keys, values = cache_layer.commit(end)
+        return q, keys, values
+
+    def attend(self, q, keys, values, mask):
+        return self.kernels.decode_attention(q, keys, values, self.scaling)
+
+
+def kernels_for(model):
+    """The C++ extension (engine/kernels/lean_ops.cpp) for a model that already uses it (vnni layers): elsewhere
+    building it would cost a compile for a few ops. None: the ops run in torch."""
+    from .vnni import KernelUnavailable, VnniLinear, kernel
+
+    if not any(isinstance(m, VnniLinear) for m in model.modules()):
+        return None
+    try:
+        return kernel()
+    except KernelUnavailable:
+        return None
+
+
+def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    """transformers' Qwen2RMSNorm: in float32, scaled in the activation dtype."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * xf.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def fuse(modules: list, fused: dict):
+    """One callable computing the modules' outputs side by side: a single vnni layer where they are vnni layers of
+    one kind, else each module in turn."""
+    key = tuple(id(m) for m in modules)
+    if key not in fused:
+        fused[key] = fuse_vnni(modules) or Concatenated(modules)
+    return fused[key]
+
+
+class Concatenated:
+    def __init__(self, modules):
+        self.modules = modules
+
+    def __call__(self, x):
+        return torch.cat([m(x) for m in self.modules], dim=-1)
+
+
+def fuse_vnni(modules):
+    """A VnniLinear over the modules' output channels, their packed weights and scales concatenated; each module's
+    buffers then view the fused ones (prefill still calls the modules). None where they cannot be fused."""
+    from .vnni import BLOCK, VnniLinear
+
+    first = modules[0]
+    if not all(type(m) is VnniLinear and m.out_features % BLOCK == 0 and m.in_features == first.in_features
+               and (m.bits, m.group, m.per_channel, m.use_simd) == (first.bits, first.group, first.per_channel,
+                                                                  first.use_simd) for m in modules):
+        return None
+    biases = [m.bias for m in modules]
+    if any(b is not None for b in biases):
+        dtype = next(b.dtype for b in biases if b is not None)
+        biases = [b if b is not None else torch.zeros(m.out_features, dtype=dtype) for m, b in zip(modules, biases)]
+        bias = torch.cat(biases)
+    else:
+        bias = None
+    packed = torch.cat([m.packed for m in modules])
+    d, m_ = torch.cat([m.d for m in modules]), torch.cat([m.m for m in modules])
+    out = VnniLinear(packed, d, m_, first.bits, first.group, sum(m.out_features for m in modules),
+                     first.in_features, bias, bias.dtype if bias is not None else torch.float32)
+    out.use_simd = first.use_simd
+    block = 0
+    for module in modules:
+        blocks = module.out_features // BLOCK
+        module.packed, module.d, module.m = (t[block:block + blocks] for t in (packed, d, m_))
+        block += blocks
+    return out
