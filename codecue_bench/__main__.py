@@ -2,7 +2,7 @@
 
     codecue-bench engine --pair default [--prompts FILE] [--max-new-tokens 64] [--limit N] --json OUT
                          [--llama-server URL | --no-llama-cpp]   # llama.cpp as a mode when it is built
-    codecue-bench passes --pair default          # per-pass costs: target for 1..K+1 tokens, draft, ratio c
+    codecue-bench passes --pair default [--lean-ab]   # per-pass costs: target for 1..K+1 tokens, draft, ratio c
     codecue-bench server FILE ...                # LSP keystroke latency, next to llama-server's /infill
     codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
     codecue-bench layout FILE ...                # how often typing makes the prompt start over, per budget
@@ -16,6 +16,9 @@ import argparse
 import json
 import signal
 import sys
+
+# What a pass costs depends on how many tokens it attends to, not on what they say.
+CONTEXT_TEXT = "def fibonacci(n):\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     passes.add_argument("--k", type=int, default=8)
     passes.add_argument("--device")
     passes.add_argument("--dtype")
+    passes.add_argument("--context", type=int, default=1024, help="tokens in the cache before each pass")
+    passes.add_argument("--repeats", type=int, default=3)
+    passes.add_argument("--lean-ab", action="store_true",
+                        help="each pass also through transformers' forward (CODECUE_LEAN=0), alternating")
     # These parse their own arguments.
     sub.add_parser("server", help="LSP latency per keystroke (codecue_bench.server_bench)", add_help=False)
     sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_bench.prompt_bench)",
@@ -83,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
             from .engine_bench import pass_costs
             pair = load_pair(args.pair, device=args.device, dtype=args.dtype, with_draft=True)
-            ids = Engine(pair).encode("def fibonacci(n):\n" * 40)
-            print(json.dumps(pass_costs(pair, ids, args.k), indent=2))
+            ids = Engine(pair).encode(CONTEXT_TEXT * (args.context // 2 + 1))[:args.context]
+            print(json.dumps(pass_costs(pair, ids, args.k, args.repeats, args.lean_ab), indent=2))
             return 0
         from .engine_bench import bench_engine, print_table
         report = bench_engine(args)

@@ -8,6 +8,7 @@ llama-server on the same GGUF files, fed the same prompt token ids, greedy, with
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -21,8 +22,10 @@ from . import llama_cpp
 # (engine/torch_prefill.py): the previous default, for the ratio.
 MODES = ["target", "auto", "speculative", "lookup", "hybrid", "hf_assisted", "llama_cpp"]
 DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid",
-                   "auto_llamacpp_prefill": "auto"}
+                   "auto_llamacpp_prefill": "auto", "target_transformers": "none", "auto_transformers": "auto"}
 NO_TORCH_PREFILL = ("auto_llamacpp_prefill",)
+# Short passes through transformers' forward instead of engine/lean_step.py (CODECUE_LEAN=0 for the call).
+NO_LEAN = ("target_transformers", "auto_transformers")
 NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted")
 LLAMA_MODES = ("llama_cpp", "llama_cpp_draft")
 
@@ -81,7 +84,7 @@ def pick_modes(args, pair) -> list[str]:
     else, so they are left out or refused."""
     if args.modes:
         modes = args.modes.split(",")
-        known = MODES + list(LLAMA_MODES) + [V1_MODE] + list(NO_TORCH_PREFILL)
+        known = MODES + list(LLAMA_MODES) + [V1_MODE] + list(NO_TORCH_PREFILL) + list(NO_LEAN)
         unknown = [m for m in modes if m not in known]
         if unknown:
             raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -172,6 +175,20 @@ def v1_engine(args):
 
 
 @contextlib.contextmanager
+def environment(**values):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def without_torch_prefill(model):
     """llama.cpp prefills for the duration (engine/torch_prefill.py is set on the model, not per request)."""
     helper = getattr(model, "torch_prefill", None)
@@ -214,6 +231,9 @@ def bench_engine(args) -> dict:
                 return run_own_mode(v1_engine(args), "hybrid", ids, max_new_tokens, args.k)
             if mode in NO_TORCH_PREFILL:
                 with without_torch_prefill(pair.target):
+                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
+            if mode in NO_LEAN:
+                with environment(CODECUE_LEAN="0"):
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 
@@ -318,31 +338,40 @@ def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[i
     return {"position": at, "target_top2_logit_gap": round(float(top.values[0] - top.values[1]), 4)}
 
 
-def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3) -> dict:
-    """Milliseconds of one target pass over 1, 2, ..., K+1 new tokens and of one draft pass, after a prefill."""
+def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3, lean_ab: bool = False) -> dict:
+    """Milliseconds of one target pass over 1, 2, ..., K+1 new tokens and of one draft pass, after a prefill.
+    lean_ab: each pass also through transformers' forward (CODECUE_LEAN=0), the two alternating in this process,
+    as `<name>_transformers` with the ratio `<name>_lean_speedup`."""
     import torch
 
     from engine.kvcache import cache_for
 
-    def best_ms(cache, n, logits):
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            cache.forward(prompt_ids[-n:], logits=logits)
-            times.append(time.perf_counter() - started)
-            cache.truncate(len(prompt_ids) - n)
-        return 1000 * min(times)
+    variants = {"": "1", "_transformers": "0"} if lean_ab else {"": os.environ.get("CODECUE_LEAN", "1")}
 
-    out = {}
+    def best_ms(cache, name, n, logits):
+        times = {suffix: [] for suffix in variants}
+        for _ in range(repeats):
+            for suffix, lean in variants.items():
+                with environment(CODECUE_LEAN=lean):
+                    started = time.perf_counter()
+                    cache.forward(prompt_ids[-n:], logits=logits)
+                    times[suffix].append(time.perf_counter() - started)
+                cache.truncate(len(prompt_ids) - n)
+        for suffix in variants:
+            out[name + suffix] = 1000 * min(times[suffix])
+        if lean_ab:
+            out[f"{name}_lean_speedup"] = out[name + "_transformers"] / out[name]
+
+    out = {"context": len(prompt_ids)}
     with torch.inference_mode():
         target = cache_for(pair.target)
         for n in sorted({1, 2, 4, k + 1}):
             target.extend_to(prompt_ids[:-n])
-            out[f"target_{n}"] = best_ms(target, n, "all")
+            best_ms(target, f"target_{n}", n, "all")
         if pair.draft is not None:
             draft = cache_for(pair.draft)
             draft.extend_to(prompt_ids[:-1])
-            out["draft_1"] = best_ms(draft, 1, "last")
+            best_ms(draft, "draft_1", 1, "last")
             out["draft_cost_ratio"] = out["draft_1"] / out["target_1"]
     return out
 

@@ -248,3 +248,26 @@ def test_layout_bench_counts_prompts_started_over_while_typing(tmp_path, monkeyp
     out = tmp_path / "layout.json"
     assert main([str(source), "--pair", "tiny", "--total-budgets", "256", "--chars", "90", "--json", str(out)]) == 0
     assert [r["total_budget"] for r in json.loads(out.read_text())["runs"]] == [256, 256]
+
+
+def test_bench_passes_times_the_lean_step_against_transformers_forward(monkeypatch, capsys, tiny_pair_env):
+    from engine import lean_step
+
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    lean_widths = []
+    original = lean_step.LeanStep.__call__
+
+    def counted(self, cache, new_ids, *args, **kwargs):
+        lean_widths.append(len(new_ids))
+        return original(self, cache, new_ids, *args, **kwargs)
+
+    monkeypatch.setattr(lean_step.LeanStep, "__call__", counted)
+    assert main(["passes", "--pair", "tiny", "--k", "2", "--context", "64", "--repeats", "1", "--lean-ab"]) == 0
+    costs = json.loads(capsys.readouterr().out)
+    assert costs["context"] == 64
+    for name in ("target_1", "target_2", "target_3", "target_4", "draft_1"):
+        assert costs[name] > 0 and costs[f"{name}_transformers"] > 0
+        assert costs[f"{name}_lean_speedup"] == pytest.approx(costs[f"{name}_transformers"] / costs[name])
+    # Each timed pass ran once through the lean step (the other run of each went through transformers' forward).
+    assert sorted(lean_widths) == [1, 1, 2, 3, 4]
