@@ -246,7 +246,8 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
     from transformers import AutoModelForCausalLM
 
     from .attention import register as register_attention
-    from .quant import GGUF_FORMATS, VNNI_FORMATS, canonical_format, dense_linear_weights, set_prefill_weights
+    from .quant import (GGUF_FORMATS, VNNI_FORMATS, canonical_format, dense_linear_weights, format_cache_file,
+                        set_prefill_weights)
 
     path = model_dir(spec, home)
     if not is_ready(spec, home):
@@ -257,10 +258,17 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
         return load_llamacpp(spec, gguf, home)
     if weight_format in GGUF_FORMATS and spec.gguf_file and gguf is None:
         raise ModelsError(missing_gguf_message(spec, weight_format, home))
+    # A vnni model in fp32 whose format cache exists takes every float tensor from that cache (fp32): the model
+    # from the bf16 files is only its skeleton and the source of the int8 prefill copy (bf16 widens to fp32
+    # exactly), so it is loaded in bf16 — ~3 GB less at the peak of a start for the 1.5B.
+    skeleton = (weight_format in VNNI_FORMATS and dtype == torch.float32 and torch.device(device).type == "cpu"
+                and str(model_config(spec, home).dtype).endswith("bfloat16")
+                and format_cache_file(cache_dir(spec, home), weight_format, dtype).is_file())
     try:
         # Eager attention's arithmetic (faster than sdpa for the short passes of decoding on CPU, shared/facts.md),
         # without its copy of keys and values per query head (engine/attention.py).
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=register_attention())
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if skeleton else dtype,
+                                                     attn_implementation=register_attention())
     except Exception as exc:  # corrupt or half-written files
         raise ModelsError(
             f"model files for {spec.name} in {path} could not be loaded ({exc}). "
@@ -273,8 +281,11 @@ def load_model(spec: ModelSpec, device, dtype, home: Path | None = None, weight_
             copy = (lambda v: v) if weight_format in VNNI_FORMATS else torch.Tensor.clone
             dense = ({k: copy(v) for k, v in dense_linear_weights(model).items() if k != "lm_head"}
                      if prefill_dense else None)
-            apply_cached_format(model, spec, weight_format, dtype, device, gguf, home)
+            if not apply_cached_format(model, spec, weight_format, dtype, device, gguf, home, rebuild=not skeleton):
+                del model, dense  # the cache was unusable (and is gone): start again from the weights in `dtype`
+                return load_model(spec, device, dtype, home, weight_format, prefill_dense)
             set_prefill_weights(model, dense)
+            model.config.dtype = dtype
         for p in model.parameters():
             # Weights loaded from a memory-mapped file can sit misaligned; a copy is 7-10 % faster to read.
             p.data = p.data.clone()
@@ -307,19 +318,23 @@ def missing_gguf_message(spec: ModelSpec, weight_format: str, home: Path | None)
             f"{(home or codecue_home()) / 'gguf'}. Run `codecue-models fetch` (without --remove-gguf).")
 
 
-def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, device, gguf, home: Path | None):
+def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, device, gguf, home: Path | None,
+                        rebuild: bool = True) -> bool:
     """Quantizing (and reading the GGUF) takes tens of seconds on 2 cores: do it once, keep the result under the
-    model's folder, and load that on later starts."""
+    model's folder, and load that on later starts. rebuild=False: a model that is only a skeleton for the cache
+    (not in `dtype`) is not formatted from its own weights; False comes back when the cache was unusable."""
     from .quant import apply_weight_format, format_cache_file, load_formatted, save_formatted
 
     cached = format_cache_file(cache_dir(spec, home), weight_format, dtype)
     if cached.is_file():
         try:
             load_formatted(model, cached)
-            return
+            return True
         except Exception as exc:  # a half-written or outdated cache: rebuild it
             log.warning("format cache %s unusable (%s); rebuilding it", cached, exc)
             cached.unlink(missing_ok=True)
+    if not rebuild:
+        return False
     try:
         apply_weight_format(model, weight_format, device, gguf)
     except ValueError as exc:
@@ -328,6 +343,7 @@ def apply_cached_format(model, spec: ModelSpec, weight_format: str, dtype, devic
         save_formatted(model, cached)
     except OSError as exc:
         log.warning("could not cache the %s weights of %s (%s)", weight_format, spec.name, exc)
+    return True
 
 
 def model_config(spec: ModelSpec, home: Path | None = None):
