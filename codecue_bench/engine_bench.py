@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from unittest import mock
 
 from engine.models import ModelsError
 
@@ -175,20 +176,6 @@ def v1_engine(args):
 
 
 @contextlib.contextmanager
-def environment(**values):
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-@contextlib.contextmanager
 def without_torch_prefill(model):
     """llama.cpp prefills for the duration (engine/torch_prefill.py is set on the model, not per request)."""
     helper = getattr(model, "torch_prefill", None)
@@ -233,7 +220,7 @@ def bench_engine(args) -> dict:
                 with without_torch_prefill(pair.target):
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             if mode in NO_LEAN:
-                with environment(CODECUE_LEAN="0"):
+                with mock.patch.dict(os.environ, CODECUE_LEAN="0"):
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 
@@ -352,7 +339,7 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3, lean_ab: b
         times = {suffix: [] for suffix in variants}
         for _ in range(repeats):
             for suffix, lean in variants.items():
-                with environment(CODECUE_LEAN=lean):
+                with mock.patch.dict(os.environ, CODECUE_LEAN=lean):
                     started = time.perf_counter()
                     cache.forward(prompt_ids[-n:], logits=logits)
                     times[suffix].append(time.perf_counter() - started)

@@ -17,9 +17,11 @@ logits); both modes of the engine pass through here, so speculation stays exact 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 from torch import nn
+from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, rotate_half
 
 from .interrupt import PassCancelled
 
@@ -45,8 +47,6 @@ def lean_step_for(model) -> "LeanStep | None":
 
 
 def supports(model) -> bool:
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
-
     if not isinstance(model, Qwen2ForCausalLM):  # a wrapper's own forward must run
         return False
     config = model.config
@@ -85,11 +85,11 @@ class LeanStep:
         x = self.embed(torch.tensor(new_ids, dtype=torch.long, device=device))  # [n, hidden]
         positions = torch.arange(start, start + n, device=device)
         cos, sin = self.rotary(x, positions[None])
+        ops = self.kernel_ops if self.kernel_ops is not None and x.dtype == torch.float32 else self.torch_ops
         mask = None
-        if n > 1:  # new token i sees the cache and new tokens 0..i
+        if n > 1 and ops is self.torch_ops:  # new token i sees the cache and new tokens 0..i (the C++ op knows)
             seen = torch.arange(start + n, device=device)[None, :] <= positions[:, None]
             mask = torch.zeros(seen.shape, dtype=x.dtype, device=device).masked_fill_(~seen, float("-inf"))
-        ops = self.kernel_ops if self.kernel_ops is not None and x.dtype == torch.float32 else self.torch_ops
         pass_ = PassInputs(cos[0], sin[0], mask, start)
         delta = None  # the last layer's MLP output, added to x with the next norm
         for index, layer in enumerate(self.layers):
@@ -104,9 +104,11 @@ class LeanStep:
         return self.lm_head(self.final_norm(x))
 
 
-class PassInputs:
-    def __init__(self, cos, sin, mask, start):
-        self.cos, self.sin, self.mask, self.start = cos, sin, mask, start  # cos, sin: [n, head_dim]
+class PassInputs(NamedTuple):
+    cos: torch.Tensor  # [n, head_dim]
+    sin: torch.Tensor
+    mask: torch.Tensor | None  # additive, [n, start + n]; None for one token or where the attention op masks itself
+    start: int
 
 
 class LeanLayer:
@@ -141,7 +143,7 @@ class TorchOps:
     def add_norm(self, x, delta, norm):
         if delta is not None:
             x.add_(delta)
-        return rms_norm(x, norm)
+        return norm(x)
 
     def rope_into_cache(self, qkv, pass_: PassInputs, cache_layer):
         n, heads, kv_heads, dim = qkv.shape[0], self.heads, self.kv_heads, self.head_dim
@@ -205,18 +207,6 @@ def kernels_for(model):
         return kernel()
     except KernelUnavailable:
         return None
-
-
-def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
-    """transformers' Qwen2RMSNorm: in float32, scaled in the activation dtype."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * xf.to(x.dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def fuse(modules: list, fused: dict):
