@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     passes.add_argument("--context", type=int, default=1024, help="tokens in the cache before each pass")
     passes.add_argument("--repeats", type=int, default=3)
     passes.add_argument("--lean-ab", action="store_true",
-                        help="each pass also through transformers' forward (CODECUE_LEAN=0), alternating")
+                        help="each pass also through transformers' forward (CODECUE_LEAN=0) and the lean step's "
+                             "Python layers (CODECUE_LEAN=python), alternating")
     # These parse their own arguments.
     sub.add_parser("server", help="LSP latency per keystroke (codecue_bench.server_bench)", add_help=False)
     sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_bench.prompt_bench)",

@@ -327,13 +327,15 @@ def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[i
 
 def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3, lean_ab: bool = False) -> dict:
     """Milliseconds of one target pass over 1, 2, ..., K+1 new tokens and of one draft pass, after a prefill.
-    lean_ab: each pass also through transformers' forward (CODECUE_LEAN=0), the two alternating in this process,
-    as `<name>_transformers` with the ratio `<name>_lean_speedup`."""
+    lean_ab: each pass also through transformers' forward (CODECUE_LEAN=0) and through the lean step's Python layers
+    (CODECUE_LEAN=python), the three alternating in this process, as `<name>_transformers` and `<name>_python`,
+    with the ratios `<name>_lean_speedup` (transformers ÷ lean) and `<name>_layer_speedup` (Python ÷ native layers)."""
     import torch
 
     from engine.kvcache import cache_for
 
-    variants = {"": "1", "_transformers": "0"} if lean_ab else {"": os.environ.get("CODECUE_LEAN", "1")}
+    variants = ({"": "1", "_python": "python", "_transformers": "0"} if lean_ab
+                else {"": os.environ.get("CODECUE_LEAN", "1")})
 
     def best_ms(cache, name, n, logits):
         times = {suffix: [] for suffix in variants}
@@ -348,6 +350,7 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3, lean_ab: b
             out[name + suffix] = 1000 * min(times[suffix])
         if lean_ab:
             out[f"{name}_lean_speedup"] = out[name + "_transformers"] / out[name]
+            out[f"{name}_layer_speedup"] = out[name + "_python"] / out[name]
 
     out = {"context": len(prompt_ids)}
     with torch.inference_mode():

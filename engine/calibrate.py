@@ -54,8 +54,8 @@ DRAFT_ALPHA = 0.9
 # model reached over the bench prompts (0.78 on the Zen 5, docs/benchmarks.md): cheap verify passes count.
 TYPICAL_ALPHA = 0.8
 COMPLETION_PROMPT, COMPLETION_TOKENS = 100, 16  # a short completion: new prompt tokens, then tokens generated
-VERSION = 7  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
-# 6: passes after 1,024 tokens of context; 7: short torch passes through engine/lean_step.py
+VERSION = 8  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
+# 6: passes after 1,024 tokens of context; 7: short torch passes through engine/lean_step.py; 8: its C++ layers
 
 
 @dataclass

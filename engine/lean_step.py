@@ -12,7 +12,12 @@ quantizes the activations once; the three modules' buffers become views into the
 twice. Other formats run their modules one by one. Per token the arithmetic is transformers' own (the tests compare
 logits); both modes of the engine pass through here, so speculation stays exact against target alone.
 
-`CODECUE_LEAN=0` turns it off (benchmarks compare the two in one run).
+Native layers: in a float32 model whose projections are all vnni layers, each decoder layer of a pass below
+PREFILL_ROWS tokens is one C++ call (engine/kernels/lean_layer.cpp) running the same kernels in the same order, so
+the logits are bitwise those of the layer written out here; the Python calls between the kernels cost ~0.2 ms a
+layer on 2 cores, a fifth of a 0.5B draft token (docs/benchmarks.md, eighteenth).
+
+`CODECUE_LEAN=0` turns the lean step off, `CODECUE_LEAN=python` keeps its Python layers (benchmarks compare them).
 """
 from __future__ import annotations
 
@@ -24,12 +29,18 @@ from torch import nn
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, rotate_half
 
 from .interrupt import PassCancelled
+from .quant import PREFILL_ROWS
 
 MAX_TOKENS = 16  # passes up to this many new tokens (decode, verification, the calibration's widths)
 
 
 def enabled() -> bool:
     return os.environ.get("CODECUE_LEAN", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def native_layers_wanted() -> bool:
+    """CODECUE_LEAN=python keeps each layer's ops in Python (benchmarks compare the two)."""
+    return os.environ.get("CODECUE_LEAN", "1").strip().lower() != "python"
 
 
 def lean_step_for(model) -> "LeanStep | None":
@@ -74,6 +85,7 @@ class LeanStep:
         kernels = kernels_for(model)
         self.torch_ops = TorchOps(self.heads, self.kv_heads, self.head_dim)
         self.kernel_ops = KernelOps(kernels, self.heads, self.kv_heads, self.head_dim) if kernels else None
+        self.native = native_layers(kernels, self.layers, config, self.torch_ops.scaling) if kernels else None
 
     @torch.inference_mode()
     def __call__(self, cache, new_ids: list[int], start: int, want: str, cancelled=None) -> torch.Tensor | None:
@@ -91,17 +103,24 @@ class LeanStep:
             seen = torch.arange(start + n, device=device)[None, :] <= positions[:, None]
             mask = torch.zeros(seen.shape, dtype=x.dtype, device=device).masked_fill_(~seen, float("-inf"))
         pass_ = PassInputs(cos[0], sin[0], mask, start)
+        native = (self.native if ops is self.kernel_ops and n < PREFILL_ROWS and native_layers_wanted()
+                  and all(hasattr(layer, "reserve") for layer in cache.layers) else None)
+        like = x.new_empty((1, self.kv_heads, n, self.head_dim))  # the cache's dtype and shape for a new buffer
         delta = None  # the last layer's MLP output, added to x with the next norm
         for index, layer in enumerate(self.layers):
             if cancelled is not None and cancelled():
                 raise PassCancelled
-            delta = layer(ops, x, delta, pass_, cache.layers[index])
-        x.add_(delta)
+            cache_layer = cache.layers[index]
+            if native is not None:
+                k_buf, v_buf = cache_layer.reserve(start + n, like)
+                delta = native[index].step(x, delta, pass_.cos, pass_.sin, k_buf, v_buf, start)
+                cache_layer.commit(start + n)
+            else:
+                delta = layer(ops, x, delta, pass_, cache_layer)
         if want == "none":
             return None
-        if want == "last":
-            x = x[-1:]
-        return self.lm_head(self.final_norm(x))
+        return self.lm_head(ops.add_norm(x, delta, self.final_norm)[-1:] if want == "last"
+                            else ops.add_norm(x, delta, self.final_norm))
 
 
 class PassInputs(NamedTuple):
@@ -194,6 +213,32 @@ class KernelOps(TorchOps):
 
     def attend(self, q, keys, values, mask):
         return self.kernels.decode_attention(q, keys, values, self.scaling)
+
+
+def native_layers(kernels, layers: list[LeanLayer], config, scaling: float) -> list | None:
+    """Each layer as one C++ call (engine/kernels/lean_layer.cpp) where every projection is a vnni layer and the
+    MLP's activation is SiLU; None otherwise (the Python layers run)."""
+    from .vnni import VnniLinear
+
+    def projections(module):
+        parts = module.modules if isinstance(module, Concatenated) else [module]
+        if not all(type(part) is VnniLinear for part in parts):
+            return None
+        return [kernels.Projection(p.packed, p.d, p.m, p.bias, p.out_features, p.group, p.bits, p.per_channel,
+                                   p.use_simd) for p in parts]
+
+    if getattr(config, "hidden_act", None) != "silu":
+        return None
+    built = []
+    for layer in layers:
+        parts = [projections(module) for module in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        norms = (layer.attn_norm.weight, layer.mlp_norm.weight)
+        if any(p is None for p in parts) or any(w.dtype != torch.float32 or not w.is_contiguous() for w in norms):
+            return None
+        built.append(kernels.NativeLayer(norms[0], layer.attn_norm.variance_epsilon, norms[1],
+                                         layer.mlp_norm.variance_epsilon, *parts, config.num_attention_heads,
+                                         config.num_key_value_heads, scaling))
+    return built
 
 
 def kernels_for(model):

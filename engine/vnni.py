@@ -25,7 +25,8 @@ from .quant import QuantizedLinear
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "kernels" / "vnni_linear.cpp"
-SOURCES = (SOURCE, SOURCE.parent / "lean_ops.cpp")  # one extension: the second is engine/lean_step.py's
+# One extension: the others are engine/lean_step.py's.
+SOURCES = (SOURCE, SOURCE.parent / "lean_ops.cpp", SOURCE.parent / "lean_layer.cpp")
 BLOCK = 16  # output channels per block (one 512-bit register of int32 sums)
 INT8_GROUP = 128  # activation group of the 8-bit layers (their weights have one scale per channel)
 

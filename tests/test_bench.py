@@ -269,5 +269,6 @@ def test_bench_passes_times_the_lean_step_against_transformers_forward(monkeypat
     for name in ("target_1", "target_2", "target_3", "target_4", "draft_1"):
         assert costs[name] > 0 and costs[f"{name}_transformers"] > 0
         assert costs[f"{name}_lean_speedup"] == pytest.approx(costs[f"{name}_transformers"] / costs[name])
-    # Each timed pass ran once through the lean step (the other run of each went through transformers' forward).
-    assert sorted(lean_widths) == [1, 1, 2, 3, 4]
+        assert costs[f"{name}_layer_speedup"] == pytest.approx(costs[f"{name}_python"] / costs[name])
+    # Each timed pass ran twice through the lean step (native and Python layers) and once through transformers'.
+    assert sorted(lean_widths) == [1, 1, 1, 1, 2, 2, 3, 3, 4, 4]

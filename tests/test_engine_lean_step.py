@@ -26,9 +26,10 @@ def tiny(seed: int = 0, dtype=torch.float32):
     return model.to(dtype)
 
 
-def passes(model, lean: bool, monkeypatch, prompt: list[int]) -> list[torch.Tensor]:
-    """Prefill 40 tokens, then one-token, four-token and last-only passes (as decoding and verification run)."""
-    monkeypatch.setenv("CODECUE_LEAN", "1" if lean else "0")
+def passes(model, lean: bool | str, monkeypatch, prompt: list[int]) -> list[torch.Tensor]:
+    """Prefill 40 tokens, then one-token, four-token and last-only passes (as decoding and verification run).
+    lean: on, off, or a CODECUE_LEAN value."""
+    monkeypatch.setenv("CODECUE_LEAN", lean if isinstance(lean, str) else "1" if lean else "0")
     cache = TrackedCache(model)
     with torch.inference_mode():
         cache.forward(prompt[:40], logits="none")

@@ -248,6 +248,8 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
 torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor weight, double eps);
 torch::Tensor rope_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_buf,
                               torch::Tensor v_buf, int64_t start, int64_t H, int64_t KV);
+// lean_layer.cpp
+void bind_lean_layer(pybind11::module& mod);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("has_vnni", &has_vnni, "compiled with AVX-512 VNNI");
@@ -256,4 +258,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("rms_norm", &rms_norm, "RMSNorm of float32 rows");
   mod.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm of x");
   mod.def("rope_into_cache", &rope_into_cache, "rotate q and k, write k and v into the cache buffers, return q");
+  bind_lean_layer(mod);
 }

@@ -1,0 +1,79 @@
+// One decoder layer of a short pass in one call (engine/lean_step.py, `NativeLayer`): the same kernels and ops as
+// the layer written out in Python (vnni_linear.cpp's linear, lean_ops.cpp's norms, RoPE and attention, ATen's
+// SiLU), called from here. Why: on 2 cores a small model's one-token pass spends a quarter of its time between the
+// kernels (Python calls, argument parsing, module lookups: ~0.2 ms a layer for the 0.5B, 24 layers a pass), which is
+// most of what a draft token costs beyond streaming its weights. Same arithmetic in the same order: the logits are
+// bitwise those of the Python layer (tests/test_engine_lean_layer.py).
+#include <torch/extension.h>
+
+#include <utility>
+#include <vector>
+
+torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, torch::Tensor m, int64_t N,
+                     int64_t G, int64_t bits, bool per_channel, bool use_simd);
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, double scaling);
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
+torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor weight, double eps);
+torch::Tensor rope_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_buf,
+                              torch::Tensor v_buf, int64_t start, int64_t H, int64_t KV);
+
+// One VnniLinear: its buffers (held, not copied) and shape.
+struct Projection {
+  torch::Tensor packed, d, m;
+  c10::optional<torch::Tensor> bias;
+  int64_t out_features, group, bits;
+  bool per_channel, use_simd;
+
+  torch::Tensor operator()(const torch::Tensor& x) const {
+    auto out = linear(x, packed, d, m, out_features, group, bits, per_channel, use_simd);
+    return bias ? out.add_(*bias) : out;
+  }
+};
+
+// Several projections of one input side by side (q/k/v or gate/up that could not share one kernel call).
+torch::Tensor project(const std::vector<Projection>& parts, const torch::Tensor& x) {
+  if (parts.size() == 1) return parts[0](x);
+  std::vector<torch::Tensor> outs;
+  outs.reserve(parts.size());
+  for (const auto& part : parts) outs.push_back(part(x));
+  return at::cat(outs, -1);
+}
+
+struct NativeLayer {
+  torch::Tensor attn_norm, mlp_norm;
+  double attn_eps, mlp_eps;
+  std::vector<Projection> qkv, o, gate_up, down;
+  int64_t heads, kv_heads;
+  double scaling;
+
+  // x: the residual stream [n, hidden] (float32, updated in place: the previous layer's delta, then this layer's
+  // attention output, are added to it); k_buf, v_buf: the layer's cache buffers with room for start + n rows.
+  // Returns this layer's MLP output, for the next layer (or the final norm) to add.
+  torch::Tensor step(torch::Tensor x, c10::optional<torch::Tensor> delta, torch::Tensor cos, torch::Tensor sin,
+                     torch::Tensor k_buf, torch::Tensor v_buf, int64_t start) const {
+    auto h = delta ? add_rms_norm(x, *delta, attn_norm, attn_eps) : rms_norm(x, attn_norm, attn_eps);
+    auto q = rope_into_cache(project(qkv, h), cos, sin, k_buf, v_buf, start, heads, kv_heads);
+    const int64_t end = start + x.size(0);
+    auto attended = decode_attention(q, k_buf.narrow(2, 0, end), v_buf.narrow(2, 0, end), scaling);
+    h = add_rms_norm(x, project(o, attended), mlp_norm, mlp_eps);
+    auto halves = project(gate_up, h).chunk(2, -1);
+    return project(down, at::silu(halves[0]).mul_(halves[1]));
+  }
+};
+
+void bind_lean_layer(pybind11::module& mod) {
+  namespace py = pybind11;
+  py::class_<Projection>(mod, "Projection")
+      .def(py::init([](torch::Tensor packed, torch::Tensor d, torch::Tensor m, c10::optional<torch::Tensor> bias,
+                       int64_t out_features, int64_t group, int64_t bits, bool per_channel, bool use_simd) {
+        return Projection{packed, d, m, bias, out_features, group, bits, per_channel, use_simd};
+      }));
+  py::class_<NativeLayer>(mod, "NativeLayer")
+      .def(py::init([](torch::Tensor attn_norm, double attn_eps, torch::Tensor mlp_norm, double mlp_eps,
+                       std::vector<Projection> qkv, std::vector<Projection> o, std::vector<Projection> gate_up,
+                       std::vector<Projection> down, int64_t heads, int64_t kv_heads, double scaling) {
+        return NativeLayer{attn_norm, mlp_norm, attn_eps, mlp_eps, std::move(qkv), std::move(o),
+                           std::move(gate_up), std::move(down), heads, kv_heads, scaling};
+      }))
+      .def("step", &NativeLayer::step, "one decoder layer of a short pass (see lean_layer.cpp)");
+}
