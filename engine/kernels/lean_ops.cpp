@@ -5,7 +5,10 @@
 // keys into panels. Read cold (the weights streamed since the last layer evict them) that took 160-270 us a layer for
 // the 1.5B at 1,024 tokens of context on a Zen 4, where streaming the same 1 MB takes ~40 us. Here every key and value
 // row is read once, straight from the cache buffer, and multiplied into all query rows of its KV head (grouped-query
-// attention: the query heads that share a KV head share the read). The softmax between the two is ATen's.
+// attention: the query heads that share a KV head share the read). The softmax between the two is ATen's. Scores go
+// 16 keys at a time (score_head_16: one block of keys in L1 for all rows, one lane-sum tree per block instead of a
+// horizontal sum per key): a layer's attention after 1,024 tokens 595 -> 462 us for a 9-token verify pass, 132 -> 85
+// for one token (1.5B shapes, Zen 4; docs/benchmarks.md, eighteenth).
 // rms_norm, add_rms_norm, rope_into_cache: what transformers runs as 5-10 small ATen ops each (~8-60 us apiece on
 // 2 cores, 28 layers a pass), in one call.
 //
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -35,14 +39,14 @@ inline void prefetch_row(const float* row, int64_t D) {
   for (int64_t c = 0; c < D; c += 16) __builtin_prefetch(row + c, 0, 3);
 }
 
-// scores[r][j] = scale * dot(q_r, k_j) for `rows` rows of one KV head, keys 0..L-1 (masked ones: -inf). ROWS is
+// scores[r][j] = scale * dot(q_r, k_j) for `rows` rows of one KV head, keys first..L-1 (masked ones: -inf). ROWS is
 // the row count known at compile time (its accumulators stay in registers), 0 where it is not.
 template <int ROWS>
-void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int64_t D, float scale,
+void score_rows(const float* const* q, int rows, const float* k0, int64_t first, int64_t L, int64_t D, float scale,
                 const int64_t* visible, float* const* scores) {
   const float masked = -std::numeric_limits<float>::infinity();
   if (ROWS) rows = ROWS;
-  for (int64_t j = 0; j < L; ++j) {
+  for (int64_t j = first; j < L; ++j) {
     const float* k = k0 + j * D;
     if (j + kAheadRows < L) prefetch_row(k + kAheadRows * D, D);
 #if defined(__AVX512F__)
@@ -64,6 +68,62 @@ void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int
     }
   }
 }
+
+#if defined(__AVX512F__)
+// Lane j of the result: the sum of the 16 lanes of v[j]. A tree of unpacks and shuffles (45 instructions) in place of
+// 16 horizontal sums (~8 each).
+inline __m512 sum_lanes16(const __m512* v) {
+  __m512 quads[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512* a = v + 4 * g;
+    const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
+    const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
+    // per 128-bit lane: that lane's sums of a[0], a[1], a[2], a[3]
+    quads[g] = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// scores[j0 .. j0 + 15] of one query row (its CHUNKS x 16 floats held in registers) against 16 keys: each key's
+// products summed in one register, the 16 registers summed lane-wise by one tree. A key's score is computed the same
+// way whatever the pass's other rows are.
+template <int CHUNKS>
+void score_16_keys(const float* q, const float* k, float scale, int64_t j0, int64_t visible, float* scores) {
+  __m512 qc[CHUNKS], acc[16];
+  for (int c = 0; c < CHUNKS; ++c) qc[c] = _mm512_loadu_ps(q + 16 * c);
+  for (int j = 0; j < 16; ++j) {
+    const float* kj = k + j * 16 * CHUNKS;
+    acc[j] = _mm512_mul_ps(qc[0], _mm512_loadu_ps(kj));
+    for (int c = 1; c < CHUNKS; ++c) acc[j] = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(kj + 16 * c), acc[j]);
+  }
+  const __m512 sums = _mm512_mul_ps(_mm512_set1_ps(scale), sum_lanes16(acc));
+  const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(j0)),
+                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __mmask16 seen = _mm512_cmplt_epi32_mask(index, _mm512_set1_epi32(static_cast<int32_t>(visible)));
+  _mm512_storeu_ps(scores + j0, _mm512_mask_blend_ps(seen, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), sums));
+}
+
+// Every row of one KV head against keys 0 .. L16 - 1 (L16 a multiple of 16): the keys outer, 16 at a time, so each
+// block of keys (8 KB at d = 128) is read from memory once and stays in L1 for all the rows.
+template <int CHUNKS>
+void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t L16, float scale,
+                   const int64_t* visible, float* const* scores) {
+  constexpr int64_t D = 16 * CHUNKS;
+  for (int64_t j0 = 0; j0 < L16; j0 += 16) {
+    const float* k = k0 + j0 * D;
+    if (j0 + 16 < L16) {
+      for (int64_t b = 0; b < 16 * D; b += 16) __builtin_prefetch(k + 16 * D + b, 0, 3);
+    }
+    for (int64_t r = 0; r < rows; ++r) score_16_keys<CHUNKS>(q[r], k, scale, j0, visible[r], scores[r]);
+  }
+}
+#endif
 
 // out_r = sum_j p[r][j] * v_j for rows of one KV head (keys past a row's last visible one have p = 0: skipped).
 template <int ROWS>
@@ -141,22 +201,52 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
       }
     });
   };
-  each_block([&](int64_t kv, int64_t r, int rows) {
-    const float* q_rows[kRowsPerBlock];
-    float* s_rows[kRowsPerBlock];
-    int64_t seen[kRowsPerBlock];
-    for (int i = 0; i < rows; ++i) {
-      q_rows[i] = query_row(kv, r + i);
-      s_rows[i] = sp + (kv * R + r + i) * L;
-      seen[i] = visible(r + i);
-    }
-    switch (rows) {  // full blocks, and the last one of 1-3 rows, with their accumulators in registers
-      case 4: score_rows<4>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
-      case 3: score_rows<3>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
-      case 2: score_rows<2>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
-      default: score_rows<1>(q_rows, rows, kp + kv * k_head, L, D, scale, seen, s_rows); break;
-    }
-  });
+  // Keys in blocks of 16 (score_head_16) where the head's width allows, the rest one at a time (score_rows).
+  int64_t L16 = 0;
+#if defined(__AVX512F__)
+  const int chunks = D % 16 == 0 ? static_cast<int>(D / 16) : 0;
+  if (chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8) {
+    L16 = L / 16 * 16;
+    at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
+      std::vector<const float*> q_rows(R);
+      std::vector<float*> s_rows(R);
+      std::vector<int64_t> seen(R);
+      for (int64_t kv = begin; kv < end; ++kv) {
+        for (int64_t r = 0; r < R; ++r) {
+          q_rows[r] = query_row(kv, r);
+          s_rows[r] = sp + (kv * R + r) * L;
+          seen[r] = visible(r);
+        }
+        const float* k = kp + kv * k_head;
+        switch (chunks) {
+          case 8: score_head_16<8>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
+          case 4: score_head_16<4>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
+          case 2: score_head_16<2>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
+          default: score_head_16<1>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
+        }
+      }
+    });
+  }
+#endif
+  if (L16 < L) {
+    each_block([&](int64_t kv, int64_t r, int rows) {
+      const float* q_rows[kRowsPerBlock];
+      float* s_rows[kRowsPerBlock];
+      int64_t seen[kRowsPerBlock];
+      for (int i = 0; i < rows; ++i) {
+        q_rows[i] = query_row(kv, r + i);
+        s_rows[i] = sp + (kv * R + r + i) * L;
+        seen[i] = visible(r + i);
+      }
+      const float* k = kp + kv * k_head;
+      switch (rows) {  // full blocks, and the last one of 1-3 rows, with their accumulators in registers
+        case 4: score_rows<4>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
+        case 3: score_rows<3>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
+        case 2: score_rows<2>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
+        default: score_rows<1>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
+      }
+    });
+  }
   auto probs = scores.softmax(-1);
   const float* pp = probs.data_ptr<float>();
   auto out = torch::empty({n, H * D}, torch::kFloat32);

@@ -1,0 +1,55 @@
+"""The C++ attention of short passes (engine/kernels/lean_ops.cpp, decode_attention): grouped-query attention of n
+new tokens over the KV cache, each seeing the keys up to its own position. Checked against torch's arithmetic for
+head widths that take the 16-key blocks (multiples of 16) and one that does not, contexts with and without a
+partial last block; and each row must be bitwise what a one-token pass at its position computes (the lossless
+invariant: a verify pass scores each token as decoding it would). On a CPU without AVX-512 the same checks cover the
+scalar path the extension is then built with."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import vnni
+
+
+def reference(q, keys, values, scaling):
+    """torch: q [n, heads, d], keys/values [1, kv, L, d]; token t sees keys 0 .. L - n + t."""
+    n, heads, d = q.shape
+    kv, length = keys.shape[1], keys.shape[2]
+    k = keys[0].repeat_interleave(heads // kv, dim=0)  # [heads, L, d]
+    v = values[0].repeat_interleave(heads // kv, dim=0)
+    scores = torch.einsum("thd,hld->htl", q.double(), k.double()) * scaling
+    seen = torch.arange(length)[None, :] <= (length - n + torch.arange(n))[:, None]  # [n, L]
+    scores = scores.masked_fill(~seen[None], float("-inf"))
+    out = torch.einsum("htl,hld->thd", scores.softmax(-1), v.double())
+    return out.reshape(n, heads * d).float()
+
+
+def cache(kv: int, length: int, d: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    room = length + 7  # buffers with room to spare, as the cache keeps them: views of the used length
+    keys, values = torch.randn(1, kv, room, d, generator=g), torch.randn(1, kv, room, d, generator=g)
+    return keys[:, :, :length], values[:, :, :length]
+
+
+@pytest.mark.parametrize("d", [16, 64, 128, 24])
+@pytest.mark.parametrize("length", [9, 16, 100, 1024])
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_attention_matches_torch(d, length, n):
+    heads, kv = 6, 2
+    keys, values = cache(kv, length, d, seed=length + d)
+    q = torch.randn(n, heads, d, generator=torch.Generator().manual_seed(n))
+    got = vnni.kernel().decode_attention(q, keys, values, d ** -0.5)
+    torch.testing.assert_close(got, reference(q, keys, values, d ** -0.5), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("d", [64, 128, 24])
+def test_each_row_of_a_pass_is_bitwise_a_one_token_pass(d):
+    heads, kv, length, n = 12, 2, 300, 9
+    keys, values = cache(kv, length, d, seed=d)
+    q = torch.randn(n, heads, d, generator=torch.Generator().manual_seed(1))
+    wide = vnni.kernel().decode_attention(q, keys, values, d ** -0.5)
+    for t in range(n):
+        seen = length - n + t + 1
+        one = vnni.kernel().decode_attention(q[t:t + 1], keys[:, :, :seen], values[:, :, :seen], d ** -0.5)
+        assert torch.equal(wide[t:t + 1], one), f"row {t}"
