@@ -5,10 +5,10 @@
 // keys into panels. Read cold (the weights streamed since the last layer evict them) that took 160-270 us a layer for
 // the 1.5B at 1,024 tokens of context on a Zen 4, where streaming the same 1 MB takes ~40 us. Here every key and value
 // row is read once, straight from the cache buffer, and multiplied into all query rows of its KV head (grouped-query
-// attention: the query heads that share a KV head share the read). The softmax between the two is ATen's. Scores go
-// 16 keys at a time (score_head_16: one block of keys in L1 for all rows, one lane-sum tree per block instead of a
-// horizontal sum per key): a layer's attention after 1,024 tokens 595 -> 462 us for a 9-token verify pass, 132 -> 85
-// for one token (1.5B shapes, Zen 4; docs/benchmarks.md, eighteenth).
+// attention: the query heads that share a KV head share the read), with the softmax between them over each row's
+// visible keys. Scores go 16 keys at a time (score_head_16: one block of keys in L1 for all rows, one lane-sum tree
+// per block instead of a horizontal sum per key). A layer's attention after 1,024 tokens (1.5B shapes, Zen 4,
+// docs/benchmarks.md, eighteenth): 595 -> 413 us for a 9-token verify pass, 132 -> 85 for one token.
 // rms_norm, add_rms_norm, rope_into_cache: what transformers runs as 5-10 small ATen ops each (~8-60 us apiece on
 // 2 cores, 28 layers a pass), in one call.
 //
@@ -109,21 +109,88 @@ void score_16_keys(const float* q, const float* k, float scale, int64_t j0, int6
   _mm512_storeu_ps(scores + j0, _mm512_mask_blend_ps(seen, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), sums));
 }
 
-// Every row of one KV head against keys 0 .. L16 - 1 (L16 a multiple of 16): the keys outer, 16 at a time, so each
-// block of keys (8 KB at d = 128) is read from memory once and stays in L1 for all the rows.
+// Every row of one KV head against keys 0 .. L - 1, 16 at a time: the keys outer, so each block of keys (8 KB at
+// d = 128) is read from memory once and stays in L1 for all the rows. The last, partial block goes through the same
+// arithmetic from a zero-padded copy: a key's score depends on its place in its block (j mod 16, fixed by its index),
+// never on how many keys the pass sees, so a verify pass and one-token passes give each key the same bits.
 template <int CHUNKS>
-void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t L16, float scale,
+void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t L, float scale,
                    const int64_t* visible, float* const* scores) {
   constexpr int64_t D = 16 * CHUNKS;
-  for (int64_t j0 = 0; j0 < L16; j0 += 16) {
+  const int64_t whole = L / 16 * 16;
+  for (int64_t j0 = 0; j0 < whole; j0 += 16) {
     const float* k = k0 + j0 * D;
-    if (j0 + 16 < L16) {
+    if (j0 + 16 < whole) {
       for (int64_t b = 0; b < 16 * D; b += 16) __builtin_prefetch(k + 16 * D + b, 0, 3);
     }
     for (int64_t r = 0; r < rows; ++r) score_16_keys<CHUNKS>(q[r], k, scale, j0, visible[r], scores[r]);
   }
+  if (whole == L) return;
+  alignas(64) float padded[16 * D] = {};
+  std::memcpy(padded, k0 + whole * D, (L - whole) * D * sizeof(float));
+  alignas(64) float block[16];
+  for (int64_t r = 0; r < rows; ++r) {
+    score_16_keys<CHUNKS>(q[r], padded, scale, 0, visible[r] - whole, block);
+    std::memcpy(scores[r] + whole, block, (L - whole) * sizeof(float));
+  }
 }
 #endif
+
+#if defined(__AVX512F__)
+// exp of 16 floats (Cephes' expf: 2^n times a degree-7 polynomial of the remainder, ~1 ulp), for the softmax.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+#endif
+
+// row[0 .. count - 1] = softmax of themselves, in place (the rest of the row is left as it is: never read). Every
+// step runs in 16-element chunks from element 0, so the result depends on the count, not on the row's length.
+void softmax_prefix(float* row, int64_t count) {
+  int64_t j = 0;
+  float top = -std::numeric_limits<float>::infinity(), sum = 0.f;
+#if defined(__AVX512F__)
+  __m512 top16 = _mm512_set1_ps(top);
+  for (; j + 16 <= count; j += 16) top16 = _mm512_max_ps(top16, _mm512_loadu_ps(row + j));
+  top = _mm512_reduce_max_ps(top16);
+#endif
+  for (int64_t t = j; t < count; ++t) top = std::max(top, row[t]);
+  j = 0;
+#if defined(__AVX512F__)
+  const __m512 shift = _mm512_set1_ps(top);
+  __m512 sum16 = _mm512_setzero_ps();
+  for (; j + 16 <= count; j += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), shift));
+    _mm512_storeu_ps(row + j, e);
+    sum16 = _mm512_add_ps(sum16, e);
+  }
+  if (j < count) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (count - j)) - 1);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), shift));
+    _mm512_mask_storeu_ps(row + j, tail, e);
+    sum16 = _mm512_add_ps(sum16, _mm512_maskz_mov_ps(tail, e));
+    j = count;
+  }
+  sum = _mm512_reduce_add_ps(sum16);
+#endif
+  for (int64_t t = j; t < count; ++t) {
+    row[t] = std::exp(row[t] - top);
+    sum += row[t];
+  }
+  const float inv = 1.f / sum;
+  for (int64_t t = 0; t < count; ++t) row[t] *= inv;
+}
 
 // out_r = sum_j p[r][j] * v_j for rows of one KV head (keys past a row's last visible one have p = 0: skipped).
 template <int ROWS>
@@ -201,12 +268,12 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
       }
     });
   };
-  // Keys in blocks of 16 (score_head_16) where the head's width allows, the rest one at a time (score_rows).
-  int64_t L16 = 0;
+  // Keys in blocks of 16 (score_head_16) where the head's width allows, else one at a time (score_rows).
+  int64_t L16 = 0;  // keys scored in blocks: all of them, or none
 #if defined(__AVX512F__)
   const int chunks = D % 16 == 0 ? static_cast<int>(D / 16) : 0;
   if (chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8) {
-    L16 = L / 16 * 16;
+    L16 = L;
     at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
       std::vector<const float*> q_rows(R);
       std::vector<float*> s_rows(R);
@@ -219,10 +286,10 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
         }
         const float* k = kp + kv * k_head;
         switch (chunks) {
-          case 8: score_head_16<8>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
-          case 4: score_head_16<4>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
-          case 2: score_head_16<2>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
-          default: score_head_16<1>(q_rows.data(), R, k, L16, scale, seen.data(), s_rows.data()); break;
+          case 8: score_head_16<8>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
+          case 4: score_head_16<4>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
+          case 2: score_head_16<2>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
+          default: score_head_16<1>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
         }
       }
     });
@@ -247,8 +314,12 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
       }
     });
   }
-  auto probs = scores.softmax(-1);
-  const float* pp = probs.data_ptr<float>();
+  // Softmax of each row over its visible keys only (ATen's over the whole row sums a row in an order that depends
+  // on the row's full length: a verify pass and a one-token pass at the same position would differ in the last bit).
+  at::parallel_for(0, KV * R, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) softmax_prefix(sp + i * L, visible(i % R));
+  });
+  const float* pp = sp;
   auto out = torch::empty({n, H * D}, torch::kFloat32);
   float* op = out.data_ptr<float>();
   each_block([&](int64_t kv, int64_t r, int rows) {
