@@ -95,3 +95,25 @@ def test_passes_of_prefill_width_leave_the_native_layers(monkeypatch):
         cache.truncate(20)
         cache.forward(prompt[20:20 + lean_step.PREFILL_ROWS])
         assert calls
+
+
+def test_a_cancel_stops_a_native_pass_between_layers_and_keeps_the_cache_valid(monkeypatch):
+    monkeypatch.setenv("CODECUE_LEAN", "1")
+    model = vnni_model("vnni4")
+    prompt = random_prompt(10, 50)
+    asked = []
+
+    def cancelled():
+        asked.append(1)
+        return len(asked) > 2  # the third layer's check stops the pass
+    with torch.inference_mode():
+        cache = TrackedCache(model)
+        cache.forward(prompt[:40], logits="none")
+        with pytest.raises(lean_step.PassCancelled):
+            cache.forward(prompt[40:43], cancelled=cancelled)
+        assert cache.ids == prompt[:40]
+        assert all(layer.get_seq_length() == 40 for layer in cache.cache.layers)
+        after = cache.forward(prompt[40:43])
+        fresh = TrackedCache(model)
+        fresh.forward(prompt[:40], logits="none")
+        assert torch.equal(after, fresh.forward(prompt[40:43]))
