@@ -105,7 +105,8 @@ class LeanStep:
         pass_ = PassInputs(cos[0], sin[0], mask, start)
         native = (self.native if ops is self.kernel_ops and n < PREFILL_ROWS and native_layers_wanted()
                   and all(hasattr(layer, "reserve") for layer in cache.layers) else None)
-        like = x.new_empty((1, self.kv_heads, n, self.head_dim))  # the cache's dtype and shape for a new buffer
+        if native is not None:  # the cache's dtype and shape, for a buffer it grows
+            like = x.new_empty((1, self.kv_heads, n, self.head_dim))
         delta = None  # the last layer's MLP output, added to x with the next norm
         for index, layer in enumerate(self.layers):
             if cancelled is not None and cancelled():
@@ -119,8 +120,8 @@ class LeanStep:
                 delta = layer(ops, x, delta, pass_, cache_layer)
         if want == "none":
             return None
-        return self.lm_head(ops.add_norm(x, delta, self.final_norm)[-1:] if want == "last"
-                            else ops.add_norm(x, delta, self.final_norm))
+        h = ops.add_norm(x, delta, self.final_norm)
+        return self.lm_head(h[-1:] if want == "last" else h)
 
 
 class PassInputs(NamedTuple):

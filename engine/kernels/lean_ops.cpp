@@ -39,14 +39,14 @@ inline void prefetch_row(const float* row, int64_t D) {
   for (int64_t c = 0; c < D; c += 16) __builtin_prefetch(row + c, 0, 3);
 }
 
-// scores[r][j] = scale * dot(q_r, k_j) for `rows` rows of one KV head, keys first..L-1 (masked ones: -inf). ROWS is
-// the row count known at compile time (its accumulators stay in registers), 0 where it is not.
+// scores[r][j] = scale * dot(q_r, k_j) for `rows` rows of one KV head, keys 0..L-1 (only a row's visible keys are
+// read afterwards: softmax_prefix, weigh_values). ROWS is the row count known at compile time (its accumulators stay
+// in registers), 0 where it is not.
 template <int ROWS>
-void score_rows(const float* const* q, int rows, const float* k0, int64_t first, int64_t L, int64_t D, float scale,
-                const int64_t* visible, float* const* scores) {
-  const float masked = -std::numeric_limits<float>::infinity();
+void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int64_t D, float scale,
+                float* const* scores) {
   if (ROWS) rows = ROWS;
-  for (int64_t j = first; j < L; ++j) {
+  for (int64_t j = 0; j < L; ++j) {
     const float* k = k0 + j * D;
     if (j + kAheadRows < L) prefetch_row(k + kAheadRows * D, D);
 #if defined(__AVX512F__)
@@ -57,14 +57,14 @@ void score_rows(const float* const* q, int rows, const float* k0, int64_t first,
         const __m512 kc = _mm512_loadu_ps(k + c);
         for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + c), kc, acc[r]);
       }
-      for (int r = 0; r < rows; ++r) scores[r][j] = j < visible[r] ? scale * _mm512_reduce_add_ps(acc[r]) : masked;
+      for (int r = 0; r < rows; ++r) scores[r][j] = scale * _mm512_reduce_add_ps(acc[r]);
       continue;
     }
 #endif
     for (int r = 0; r < rows; ++r) {
       float acc = 0.f;
       for (int64_t c = 0; c < D; ++c) acc += q[r][c] * k[c];
-      scores[r][j] = j < visible[r] ? scale * acc : masked;
+      scores[r][j] = scale * acc;
     }
   }
 }
@@ -90,11 +90,11 @@ inline __m512 sum_lanes16(const __m512* v) {
                        _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// scores[j0 .. j0 + 15] of one query row (its CHUNKS x 16 floats held in registers) against 16 keys: each key's
-// products summed in one register, the 16 registers summed lane-wise by one tree. A key's score is computed the same
-// way whatever the pass's other rows are.
+// scores[0 .. 15] of one query row (its CHUNKS x 16 floats held in registers) against 16 keys: each key's products
+// summed in one register, the 16 registers summed lane-wise by one tree. A key's score is computed the same way
+// whatever the pass's other rows are.
 template <int CHUNKS>
-void score_16_keys(const float* q, const float* k, float scale, int64_t j0, int64_t visible, float* scores) {
+void score_16_keys(const float* q, const float* k, float scale, float* scores) {
   __m512 qc[CHUNKS], acc[16];
   for (int c = 0; c < CHUNKS; ++c) qc[c] = _mm512_loadu_ps(q + 16 * c);
   for (int j = 0; j < 16; ++j) {
@@ -102,11 +102,7 @@ void score_16_keys(const float* q, const float* k, float scale, int64_t j0, int6
     acc[j] = _mm512_mul_ps(qc[0], _mm512_loadu_ps(kj));
     for (int c = 1; c < CHUNKS; ++c) acc[j] = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(kj + 16 * c), acc[j]);
   }
-  const __m512 sums = _mm512_mul_ps(_mm512_set1_ps(scale), sum_lanes16(acc));
-  const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(j0)),
-                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  const __mmask16 seen = _mm512_cmplt_epi32_mask(index, _mm512_set1_epi32(static_cast<int32_t>(visible)));
-  _mm512_storeu_ps(scores + j0, _mm512_mask_blend_ps(seen, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), sums));
+  _mm512_storeu_ps(scores, _mm512_mul_ps(_mm512_set1_ps(scale), sum_lanes16(acc)));
 }
 
 // Every row of one KV head against keys 0 .. L - 1, 16 at a time: the keys outer, so each block of keys (8 KB at
@@ -115,7 +111,7 @@ void score_16_keys(const float* q, const float* k, float scale, int64_t j0, int6
 // never on how many keys the pass sees, so a verify pass and one-token passes give each key the same bits.
 template <int CHUNKS>
 void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t L, float scale,
-                   const int64_t* visible, float* const* scores) {
+                   float* const* scores) {
   constexpr int64_t D = 16 * CHUNKS;
   const int64_t whole = L / 16 * 16;
   for (int64_t j0 = 0; j0 < whole; j0 += 16) {
@@ -123,14 +119,14 @@ void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t
     if (j0 + 16 < whole) {
       for (int64_t b = 0; b < 16 * D; b += 16) __builtin_prefetch(k + 16 * D + b, 0, 3);
     }
-    for (int64_t r = 0; r < rows; ++r) score_16_keys<CHUNKS>(q[r], k, scale, j0, visible[r], scores[r]);
+    for (int64_t r = 0; r < rows; ++r) score_16_keys<CHUNKS>(q[r], k, scale, scores[r] + j0);
   }
   if (whole == L) return;
   alignas(64) float padded[16 * D] = {};
   std::memcpy(padded, k0 + whole * D, (L - whole) * D * sizeof(float));
   alignas(64) float block[16];
   for (int64_t r = 0; r < rows; ++r) {
-    score_16_keys<CHUNKS>(q[r], padded, scale, 0, visible[r] - whole, block);
+    score_16_keys<CHUNKS>(q[r], padded, scale, block);
     std::memcpy(scores[r] + whole, block, (L - whole) * sizeof(float));
   }
 }
@@ -192,7 +188,7 @@ void softmax_prefix(float* row, int64_t count) {
   for (int64_t t = 0; t < count; ++t) row[t] *= inv;
 }
 
-// out_r = sum_j p[r][j] * v_j for rows of one KV head (keys past a row's last visible one have p = 0: skipped).
+// out_r = sum_j p[r][j] * v_j for rows of one KV head, over each row's visible keys.
 template <int ROWS>
 void weigh_values(const float* const* p, int rows, const float* v0, int64_t D, const int64_t* visible,
                   float* const* out) {
@@ -269,48 +265,44 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
     });
   };
   // Keys in blocks of 16 (score_head_16) where the head's width allows, else one at a time (score_rows).
-  int64_t L16 = 0;  // keys scored in blocks: all of them, or none
+  bool blocked = false;
 #if defined(__AVX512F__)
   const int chunks = D % 16 == 0 ? static_cast<int>(D / 16) : 0;
-  if (chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8) {
-    L16 = L;
+  blocked = chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8;
+  if (blocked) {
     at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
       std::vector<const float*> q_rows(R);
       std::vector<float*> s_rows(R);
-      std::vector<int64_t> seen(R);
       for (int64_t kv = begin; kv < end; ++kv) {
         for (int64_t r = 0; r < R; ++r) {
           q_rows[r] = query_row(kv, r);
           s_rows[r] = sp + (kv * R + r) * L;
-          seen[r] = visible(r);
         }
         const float* k = kp + kv * k_head;
         switch (chunks) {
-          case 8: score_head_16<8>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
-          case 4: score_head_16<4>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
-          case 2: score_head_16<2>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
-          default: score_head_16<1>(q_rows.data(), R, k, L, scale, seen.data(), s_rows.data()); break;
+          case 8: score_head_16<8>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          case 4: score_head_16<4>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          case 2: score_head_16<2>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          default: score_head_16<1>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
         }
       }
     });
   }
 #endif
-  if (L16 < L) {
+  if (!blocked) {
     each_block([&](int64_t kv, int64_t r, int rows) {
       const float* q_rows[kRowsPerBlock];
       float* s_rows[kRowsPerBlock];
-      int64_t seen[kRowsPerBlock];
       for (int i = 0; i < rows; ++i) {
         q_rows[i] = query_row(kv, r + i);
         s_rows[i] = sp + (kv * R + r + i) * L;
-        seen[i] = visible(r + i);
       }
       const float* k = kp + kv * k_head;
       switch (rows) {  // full blocks, and the last one of 1-3 rows, with their accumulators in registers
-        case 4: score_rows<4>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
-        case 3: score_rows<3>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
-        case 2: score_rows<2>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
-        default: score_rows<1>(q_rows, rows, k, L16, L, D, scale, seen, s_rows); break;
+        case 4: score_rows<4>(q_rows, rows, k, L, D, scale, s_rows); break;
+        case 3: score_rows<3>(q_rows, rows, k, L, D, scale, s_rows); break;
+        case 2: score_rows<2>(q_rows, rows, k, L, D, scale, s_rows); break;
+        default: score_rows<1>(q_rows, rows, k, L, D, scale, s_rows); break;
       }
     });
   }
