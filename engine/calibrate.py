@@ -54,8 +54,9 @@ DRAFT_ALPHA = 0.9
 # model reached over the bench prompts (0.78 on the Zen 5, docs/benchmarks.md): cheap verify passes count.
 TYPICAL_ALPHA = 0.8
 COMPLETION_PROMPT, COMPLETION_TOKENS = 100, 16  # a short completion: new prompt tokens, then tokens generated
-VERSION = 8  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
-# 6: passes after 1,024 tokens of context; 7: short torch passes through engine/lean_step.py; 8: its C++ layers
+VERSION = 9  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
+# 6: passes after 1,024 tokens of context; 7: short torch passes through engine/lean_step.py; 8: its C++ layers;
+# 9: close finalists (llama.cpp vs torch) timed again side by side
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Measurement:
     # for the vnni formats (engine/quant.py; 0: not measured)
     prefill_torch_tok_s: float = 0.0  # llamacpp: prefill in torch W8A8, keys/values handed over (engine/torch_prefill.py)
     prefill_torch_from: int = 0  # ... and the fewest new tokens from which that is faster (0: never)
+    side_by_side: bool = False  # pass_ms timed again alternating with its rival's (engine/calibrate_finalists.py)
 
     @property
     def prefill_dense(self) -> bool:
@@ -245,7 +247,7 @@ def load_cached(home: Path, key: dict) -> Calibration | None:
     measurements = [Measurement(m["role"], m["weights"], m["activations"],
                                 {int(w): v for w, v in m["pass_ms"].items()}, m["prefill_tok_s"],
                                 m.get("prefill_dense_tok_s", 0.0), m.get("prefill_torch_tok_s", 0.0),
-                                m.get("prefill_torch_from", 0))
+                                m.get("prefill_torch_from", 0), m.get("side_by_side", False))
                     for m in entry["measurements"]]
     return Calibration(key=entry["key"], measurements=measurements, seconds=entry.get("seconds", 0.0))
 
@@ -291,8 +293,14 @@ def calibration_for(home: Path, target_config, draft_config=None, device: str = 
         started = time.perf_counter()
         from .calibrate_torch import calibrate
 
-        first = llamacpp_rows(gguf_files or {}, device, configs={"target": target_config})
-        cal = calibrate(target_config, draft_config, device, progress=progress, measured_first=first)
+        rivals = {}  # llama.cpp's models left open, to time again beside torch's best where close
+        try:
+            first = llamacpp_rows(gguf_files or {}, device, configs={"target": target_config}, keep=rivals)
+            cal = calibrate(target_config, draft_config, device, progress=progress, measured_first=first,
+                            rivals=rivals)
+        finally:
+            for timer in rivals.values():
+                timer.close()
         cal.seconds = round(time.perf_counter() - started, 1)
         save(home, cal)
     elif add_llamacpp(cal, gguf_files or {}, device, {"target": target_config}):
@@ -364,9 +372,10 @@ def main(argv=None) -> int:
 
 
 def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] = (),
-                  configs: dict | None = None) -> list[Measurement]:
+                  configs: dict | None = None, keep: dict | None = None) -> list[Measurement]:
     """The real GGUF files timed in llama.cpp (format "llamacpp"), for each role that `have` has no such row for.
-    configs ({role: config}): also time a torch prefill of that architecture handing its keys/values over."""
+    configs ({role: config}): also time a torch prefill of that architecture handing its keys/values over.
+    keep: {role: calibrate_llamacpp.PassTimer} of the models left open (the caller closes them)."""
     from . import calibrate_llamacpp, llamacpp, torch_prefill
 
     if device != "cpu" or not gguf_files or not llamacpp.available():
@@ -376,7 +385,8 @@ def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] =
         log.info("timing %s in llama.cpp (%s)", role, path)
         config = (configs or {}).get(role)
         torch_config = config if config is not None and torch_prefill.supports(config) else None
-        rows.append(calibrate_llamacpp.measure(role, path, context_tokens=CONTEXT_TOKENS, torch_config=torch_config))
+        rows.append(calibrate_llamacpp.measure(role, path, context_tokens=CONTEXT_TOKENS, torch_config=torch_config,
+                                               keep=keep))
     return rows
 
 

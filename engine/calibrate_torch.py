@@ -147,10 +147,11 @@ def screen_ms(model) -> float:
 
 
 def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0,
-                 best_one: float = float("inf")) -> list[Measurement]:
+                 best_one: float = float("inf"), rival: tuple[Measurement, object] | None = None) -> list[Measurement]:
     """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
     `screen` x the best so far (best_one: a one-token pass measured before, e.g. llama.cpp's) is recorded with that
-    figure only: a measured shortlist (the slow kernels cost seconds a call on 2 cores)."""
+    figure only: a measured shortlist (the slow kernels cost seconds a call on 2 cores). rival: (llama.cpp's row of
+    this role, its open PassTimer): where the best torch row is a close call, both are timed again side by side."""
     base = slice_model(config, min(DISTINCT_LAYERS, config.num_hidden_layers))
     models = {weights: full_depth(formatted(base, weights), config.num_hidden_layers) for weights in formats}
     del base
@@ -173,13 +174,32 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
                                            round(1000 * PREFILL_TOKENS / prefill_ms, 1), round(dense_tok_s, 1)))
             if progress is not None:
                 progress.update(1)
+    if rival is not None:
+        retime_close_finalists(rival, results, models, config)
     return results
 
 
+def retime_close_finalists(rival: tuple[Measurement, object], results: list[Measurement], models: dict,
+                           config) -> None:
+    from .calibrate_finalists import TorchPassTimer, rival_in_reach, time_side_by_side
+
+    rival_row, rival_timer = rival
+    finalist = rival_in_reach(rival_row, results)
+    if finalist is None:
+        return
+    timer = TorchPassTimer(models[finalist.weights].to(getattr(torch, finalist.activations)), config.vocab_size,
+                           CONTEXT_TOKENS)
+    try:
+        time_side_by_side([(rival_row, rival_timer), (finalist, timer)])
+    finally:
+        timer.close()
+
+
 def calibrate(target_config, draft_config=None, device: str = "cpu", formats: dict | None = None,
-              progress: bool = True, measured_first: list[Measurement] = ()) -> Calibration:
+              progress: bool = True, measured_first: list[Measurement] = (), rivals: dict | None = None) -> Calibration:
     """measured_first: rows timed before (llama.cpp's, a few seconds): kept, and their one-token pass shortlists
-    the torch formats of the same role, so a machine where llama.cpp is far faster skips timing the slow ones."""
+    the torch formats of the same role, so a machine where llama.cpp is far faster skips timing the slow ones.
+    rivals ({role: PassTimer}): those rows' models, still open: a close call is timed again side by side."""
     from tqdm import tqdm
 
     formats = formats or formats_here(device)
@@ -191,6 +211,9 @@ def calibrate(target_config, draft_config=None, device: str = "cpu", formats: di
         for role, config in roles:
             best_one = min((m.pass_ms[1] for m in measured_first if m.role == role and 1 in m.pass_ms),
                            default=float("inf"))
-            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar, best_one=best_one)
+            first = next((m for m in measured_first if m.role == role and m.weights == "llamacpp"), None)
+            timer = (rivals or {}).get(role)
+            cal.measurements += measure_role(role, config, formats[role], ACTIVATIONS, bar, best_one=best_one,
+                                             rival=(first, timer) if first is not None and timer is not None else None)
     cal.seconds = round(time.perf_counter() - started, 1)
     return cal

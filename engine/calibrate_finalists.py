@@ -1,0 +1,79 @@
+"""The finalists of a role timed again side by side: llama.cpp's row and the best torch row, pass by pass in turn.
+
+Why: the calibration times llama.cpp's formats first and the torch formats a minute later. On a shared VM the same
+pass costs 47-61 ms from one minute to the next, so a row measured in a slow minute loses to one measured in a fast
+one (seen on a Zen 4: the vnni target timed 60.6 ms, llama.cpp's 46.1, then 47-56 ms each within the hour). Where
+the two are within FINALIST_RATIO of each other, their passes are timed again alternately — width by width, one call
+of each in turn — so both see the same minutes, and both rows take those figures (`Measurement.side_by_side`).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .calibrate import WIDTHS, Measurement
+
+log = logging.getLogger(__name__)
+
+FINALIST_RATIO = 1.5  # one-token passes further apart than this are not close calls: no re-timing
+ROUNDS = 5  # each width of each finalist: the best of this many calls, interleaved with the rival's
+
+
+class TorchPassTimer:
+    """A torch model's passes after the calibration's context (random keys/values written into the cache)."""
+
+    def __init__(self, model, vocab: int, context: int):
+        from .calibrate_torch import fill_context
+        from .kvcache import TrackedCache
+
+        gen = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(100, vocab - 100, (context + max(WIDTHS),), generator=gen).tolist()
+        self.context = context
+        self.cache = TrackedCache(model)
+        with torch.inference_mode():
+            self.cache.forward(self.ids[:8], logits="none")  # first-call allocations stay out of the timings
+            fill_context(self.cache, self.ids[:context])
+
+    def pass_ms(self, width: int) -> float:
+        import time
+
+        with torch.inference_mode():
+            started = time.perf_counter()
+            self.cache.forward(self.ids[self.context:self.context + width], logits="all")
+            ms = 1000 * (time.perf_counter() - started)
+            self.cache.truncate(self.context)
+        return ms
+
+    def close(self) -> None:
+        self.cache = None
+
+
+def rival_in_reach(rival: Measurement, rows: list[Measurement], ratio: float | None = None) -> Measurement | None:
+    """The torch row to time again beside `rival` (llama.cpp's): the complete row with the cheapest one-token pass,
+    when that is within `ratio` of the rival's either way; None when one side is clearly faster."""
+    complete = [m for m in rows if m.complete and m.role == rival.role]
+    if not complete or not rival.complete:
+        return None
+    best = min(complete, key=lambda m: m.pass_ms[1])
+    ratio = FINALIST_RATIO if ratio is None else ratio
+    slower, faster = sorted((best.pass_ms[1], rival.pass_ms[1]), reverse=True)
+    return best if slower <= ratio * faster else None
+
+
+def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS, rounds: int | None = None) -> None:
+    """Each finalist's pass over each width, the best of `rounds` calls, taken in turn with the others' calls of the
+    same width; the rows' pass_ms are replaced by these figures and marked side_by_side."""
+    rounds = ROUNDS if rounds is None else rounds
+    best = [dict.fromkeys(widths, float("inf")) for _ in finalists]
+    for width in widths:
+        for turn in range(rounds):
+            # Who goes first alternates: a pass right after another model's may pay for the other's caches.
+            order = range(len(finalists)) if turn % 2 == 0 else reversed(range(len(finalists)))
+            for i in order:
+                best[i][width] = min(best[i][width], finalists[i][1].pass_ms(width))
+    for (row, _), times in zip(finalists, best):
+        log.info("side by side: %s %s/%s one-token pass %.1f -> %.1f ms", row.role, row.weights, row.activations,
+                 row.pass_ms[1], times[widths[0]])
+        row.pass_ms = {w: round(ms, 2) for w, ms in times.items()}
+        row.side_by_side = True

@@ -1,0 +1,121 @@
+"""Close finalists of the calibration are timed again side by side (engine/calibrate_finalists.py)."""
+from __future__ import annotations
+
+import pytest
+
+from engine import calibrate_torch as timing
+from engine.calibrate import WIDTHS, Measurement
+from engine.calibrate_finalists import rival_in_reach, time_side_by_side
+from engine.testing import tiny_config
+
+
+def row(weights: str, one: float, complete: bool = True, role: str = "target") -> Measurement:
+    passes = {w: one * (1 + 0.1 * (w - 1)) for w in WIDTHS} if complete else {1: one}
+    return Measurement(role, weights, "ggml" if weights == "llamacpp" else "float32", passes,
+                       100.0 if complete else 0.0)
+
+
+# (why, llama.cpp's one-token ms, the torch rows, the row expected back or None)
+REACH = [
+    ("the cheapest complete torch row, within 1.5x either way", 46.0,
+     [row("vnni", 60.0), row("gguf", 90.0)], "vnni"),
+    ("a torch row cheaper than llama.cpp's is a close call too", 46.0, [row("vnni", 35.0)], "vnni"),
+    ("over 1.5x slower: not a close call", 46.0, [row("vnni", 70.0)], None),
+    ("over 1.5x faster: not a close call either", 46.0, [row("vnni", 30.0)], None),
+    ("a screened-out row is never a finalist", 46.0, [row("vnni", 40.0, complete=False), row("gguf", 66.0)], "gguf"),
+    ("another role's rows do not count", 46.0, [row("vnni4", 45.0, role="draft")], None),
+    ("no torch row at all", 46.0, [], None),
+]
+
+
+@pytest.mark.parametrize("why,rival_ms,rows,expected", REACH, ids=[r[0][:40] for r in REACH])
+def test_the_torch_finalist_is_the_cheapest_row_within_reach(why, rival_ms, rows, expected):
+    found = rival_in_reach(row("llamacpp", rival_ms), rows)
+    assert (found.weights if found else None) == expected
+
+
+class NoisyMachine:
+    """Every pass costs its model's true cost times the machine's slowness at that moment: a slow minute (2x) for
+    the first `slow_calls` calls, then a fast one. Records who ran in what order."""
+
+    def __init__(self, slow_calls: int):
+        self.calls: list[tuple[str, int]] = []
+        self.slow_calls = slow_calls
+
+    def timer(self, name: str, true_ms: float):
+        machine = self
+
+        class Timer:
+            def pass_ms(self, width: int) -> float:
+                machine.calls.append((name, width))
+                slowness = 2.0 if len(machine.calls) <= machine.slow_calls else 1.0
+                return true_ms * width * slowness
+        return Timer()
+
+
+def test_side_by_side_gives_both_finalists_the_same_minutes():
+    """Timed one after the other, the row measured in the slow minute loses although it is faster; taken in turn,
+    width by width, both see the fast minute and the faster one wins."""
+    rounds = 4
+    llama, vnni = row("llamacpp", 46.0), row("vnni", 61.0)  # what the sequential calibration saw
+    machine = NoisyMachine(slow_calls=rounds * 2 * len(WIDTHS) // 2)  # slow for the first half of the calls
+    time_side_by_side([(llama, machine.timer("llamacpp", 45.0)), (vnni, machine.timer("vnni", 40.0))],
+                      rounds=rounds)
+    assert llama.side_by_side and vnni.side_by_side
+    assert vnni.pass_ms[1] < llama.pass_ms[1]  # the true order
+    # Each width: `rounds` calls of each, in turn (who goes first alternates), widths in order.
+    assert len(machine.calls) == rounds * 2 * len(WIDTHS)
+    for i, width in enumerate(WIDTHS):
+        calls = machine.calls[i * 2 * rounds:(i + 1) * 2 * rounds]
+        assert {w for _, w in calls} == {width}
+        pairs = [tuple(name for name, _ in calls[j:j + 2]) for j in range(0, len(calls), 2)]
+        assert pairs == [("llamacpp", "vnni"), ("vnni", "llamacpp")] * (rounds // 2)
+    # Each figure is the best of its calls: the fast minute's cost for the widths timed then.
+    assert vnni.pass_ms[WIDTHS[-1]] == 40.0 * WIDTHS[-1] and llama.pass_ms[WIDTHS[-1]] == 45.0 * WIDTHS[-1]
+
+
+class RecordingRival:
+    def __init__(self, ms: float):
+        self.ms, self.widths = ms, []
+
+    def pass_ms(self, width: int) -> float:
+        self.widths.append(width)
+        return self.ms
+
+
+@pytest.mark.parametrize("ratio,retimed", [(1e9, True), (1.0 + 1e-9, False)])
+def test_calibrate_times_a_close_rival_again_beside_torchs_best(monkeypatch, ratio, retimed):
+    """With llama.cpp's row and its open model handed in, the torch formats are measured as before, then (where the
+    call is close) the best torch row and llama.cpp's are timed again in turn, the torch passes for real."""
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr("engine.calibrate_finalists.FINALIST_RATIO", ratio)
+    monkeypatch.setattr("engine.calibrate_finalists.ROUNDS", 2)
+    target, draft = tiny_config(384, 2, hidden=64), tiny_config(384, 1, hidden=64)
+    llama = Measurement("target", "llamacpp", "ggml", {w: 7.0 for w in WIDTHS}, 500.0)
+    rival = RecordingRival(3.0)
+    cal = timing.calibrate(target, draft, progress=False, measured_first=[llama], rivals={"target": rival})
+    torch_targets = [m for m in cal.measurements if m.role == "target" and m.weights != "llamacpp"]
+    again = [m for m in torch_targets if m.side_by_side]
+    if not retimed:
+        assert rival.widths == [] and not again and not llama.side_by_side
+        return
+    assert llama.side_by_side and llama.pass_ms == {w: 3.0 for w in WIDTHS}
+    assert len(again) == 1 and again[0] is min((m for m in torch_targets if m.complete), key=lambda m: m.pass_ms[1])
+    assert all(ms > 0 for ms in again[0].pass_ms.values()) and set(again[0].pass_ms) == set(WIDTHS)
+    assert sorted(rival.widths) == sorted(list(WIDTHS) * 2)
+    assert not any(m.side_by_side for m in cal.measurements if m.role == "draft")  # no draft rival handed in
+
+
+def test_side_by_side_is_saved_and_printed(tmp_path):
+    from engine.calibrate import Calibration, load_cached, save
+    from engine.calibrate_report import format_table
+
+    key = {"processor": "test", "cpu_capability": "x", "threads": 2, "torch": "t"}
+    retimed = row("vnni", 40.0)
+    retimed.side_by_side = True
+    save(tmp_path, Calibration(key=key, measurements=[retimed, row("gguf", 80.0)]))
+    loaded = load_cached(tmp_path, key)
+    assert [m.side_by_side for m in loaded.measurements] == [True, False]
+    lines = format_table(loaded).splitlines()
+    assert "side by side" in lines[2] and "side by side" not in lines[3]
