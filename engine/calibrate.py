@@ -56,7 +56,7 @@ TYPICAL_ALPHA = 0.8
 COMPLETION_PROMPT, COMPLETION_TOKENS = 100, 16  # a short completion: new prompt tokens, then tokens generated
 VERSION = 9  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
 # 6: passes after 1,024 tokens of context; 7: short torch passes through engine/lean_step.py; 8: its C++ layers;
-# 9: close finalists (llama.cpp vs torch) timed again side by side
+# 9: close finalists (llama.cpp vs torch) timed again side by side; formats screened by one-layer probes first
 
 
 @dataclass
@@ -71,6 +71,8 @@ class Measurement:
     prefill_torch_tok_s: float = 0.0  # llamacpp: prefill in torch W8A8, keys/values handed over (engine/torch_prefill.py)
     prefill_torch_from: int = 0  # ... and the fewest new tokens from which that is faster (0: never)
     side_by_side: bool = False  # pass_ms timed again alternating with its rival's (engine/calibrate_finalists.py)
+    probe_only: bool = False  # screened out by its one-layer probe (calibrate_torch.probe_formats): pass_ms[1] is
+    # the probe's figure, comparable only with other probes
 
     @property
     def prefill_dense(self) -> bool:
@@ -217,7 +219,8 @@ def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_
         complete = [m for m in found if m.complete]
         if complete:
             return min(complete, key=score)
-        return min(found, key=lambda m: m.pass_ms[1]) if found else None
+        # Only screened rows: the cheapest full pass, then the cheapest probe (a probe is not a pass).
+        return min(found, key=lambda m: (m.probe_only, m.pass_ms[1])) if found else None
 
     draft = best("draft", draft_formats, Measurement.draft_cycle_ms)
     target = best("target", target_formats, lambda m: m.drafted_line_ms(draft))
@@ -247,7 +250,8 @@ def load_cached(home: Path, key: dict) -> Calibration | None:
     measurements = [Measurement(m["role"], m["weights"], m["activations"],
                                 {int(w): v for w, v in m["pass_ms"].items()}, m["prefill_tok_s"],
                                 m.get("prefill_dense_tok_s", 0.0), m.get("prefill_torch_tok_s", 0.0),
-                                m.get("prefill_torch_from", 0), m.get("side_by_side", False))
+                                m.get("prefill_torch_from", 0), m.get("side_by_side", False),
+                                m.get("probe_only", False))
                     for m in entry["measurements"]]
     return Calibration(key=entry["key"], measurements=measurements, seconds=entry.get("seconds", 0.0))
 
@@ -404,7 +408,8 @@ def lacks_llamacpp(cal: Calibration, gguf_files: dict, device: str) -> bool:
 
 
 def add_llamacpp(cal: Calibration, gguf_files: dict, device: str, configs: dict | None = None) -> bool:
-    """Add llama.cpp's rows to a cached table that lacks them (measured before llama-cpp-python was installed)."""
+    """Add llama.cpp's rows to a cached table that lacks them (measured before llama-cpp-python was installed).
+    The torch rows are not built again here, so these rows are not timed side by side with them."""
     rows = llamacpp_rows(gguf_files, device, tuple(cal.measurements), configs)
     cal.measurements += rows
     return bool(rows)

@@ -24,6 +24,7 @@ def format_table(cal: Calibration, choice: Choice | None = None) -> str:
                   f"{m.prefill_torch_from or 'no'} tokens)" if m.prefill_torch_tok_s else "")
         dense += " (passes timed side by side)" if m.side_by_side else ""
         tail = (f" {m.prefill_tok_s:7.0f}t/s {m.single_line_ms():6.0f}ms{dense}" if m.complete
+                else "  (screened out by a one-layer probe: slow; 1 tok is the probe's)" if m.probe_only
                 else "  (screened out: slow)")
         lines.append(f"{m.role:7s} {m.weights:8s} {m.activations:9s} {cells}{tail}")
     if choice is not None:

@@ -19,6 +19,8 @@ from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_pr
 CONTEXT_TOKENS = calibrate.CONTEXT_TOKENS
 PREFILL_TOKENS = 128
 DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3: no flattering cache hits
+PREFILL_SECOND_CALL_S = 2.0  # calibrate_llamacpp.best_prefill_s's enough_s
+PROBE_VOCAB = 1024  # the probes' output head: small, so that building a probe costs no head quantization
 
 
 def best_ms(fn, reps: int = 3, budget_s: float = 0.4) -> float:
@@ -106,7 +108,10 @@ def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
             def run_prefill():
                 cache.truncate(0)
                 cache.forward(ids[:PREFILL_TOKENS], logits="none")
-            prefill_ms = best_ms(run_prefill, reps=2)
+            # Best of 2 unless the first took over PREFILL_SECOND_CALL_S, as llama.cpp's rows are timed: the
+            # first prefill at a new width pays oneDNN's first-call costs (98 vs 130-138 tok/s for the 1.5B's W8A8
+            # prefill on a Zen 4), and with a one-call budget the torch rows lost prefill speed llama.cpp's kept.
+            prefill_ms = best_ms(run_prefill, reps=2, budget_s=PREFILL_SECOND_CALL_S)
         fill_context(cache, ids[:context])
         out = {}
         for n in widths:
@@ -132,13 +137,18 @@ def fill_context(cache, ids: list[int]) -> None:
     cache.ids = list(ids)
 
 
-def screen_ms(model) -> float:
-    """One-token pass after a one-token context: cheap even for a slow kernel (no prefill to pay for)."""
+def screen_ms(model, slow_s: float | None = None) -> float:
+    """One-token pass after a one-token context: cheap even for a slow kernel (no prefill to pay for). slow_s: a
+    first call slower than this is the answer itself (a slow format needs no precision, nor a second slow call)."""
     from .kvcache import TrackedCache
 
     cache = TrackedCache(model)
     with torch.inference_mode():
-        cache.forward([100], logits="none")  # first-call allocations stay out of the timing
+        started = time.perf_counter()
+        cache.forward([100], logits="none")  # first-call allocations stay out of the timing...
+        first_ms = 1000 * (time.perf_counter() - started)
+        if slow_s is not None and first_ms > 1000 * slow_s:
+            return first_ms  # ... unless the call is so slow that they do not matter
 
         def step():
             cache.forward([101], logits="all")
@@ -146,18 +156,45 @@ def screen_ms(model) -> float:
         return best_ms(step, reps=2, budget_s=0.2)
 
 
+def probe_formats(config, formats, activations) -> dict[tuple[str, str], float]:
+    """{(weights, activations): ms} of a one-token pass through one decoder layer of the real shape, run at the real
+    depth, in each format: a ranking of the formats' kernels for ~1 s a format, where building the real slice costs
+    5-12 s a format on 2 cores (most of it quantizing the 151,936-row output head). Not a real pass (a 1,024-token
+    head, one layer that may stay in the cache): its figures only compare formats with one another."""
+    small = copy.deepcopy(config)
+    small.vocab_size, small.pad_token_id = PROBE_VOCAB, None
+    base = slice_model(small, 1)
+    probes = {}
+    for weights in formats:
+        model = full_depth(formatted(base, weights), config.num_hidden_layers)
+        for act in activations:
+            probes[(weights, act)] = screen_ms(model.to(getattr(torch, act)), slow_s=0.2)
+    return probes
+
+
 def measure_role(role: str, config, formats, activations, progress=None, screen: float = 2.0,
                  best_one: float = float("inf"), rival: tuple[Measurement, object] | None = None) -> list[Measurement]:
-    """Time every format x activation dtype at the model's real depth. A combination whose one-token pass is over
-    `screen` x the best so far (best_one: a one-token pass measured before, e.g. llama.cpp's) is recorded with that
-    figure only: a measured shortlist (the slow kernels cost seconds a call on 2 cores). rival: (llama.cpp's row of
-    this role, its open PassTimer): where the best torch row is a close call, both are timed again side by side."""
+    """Time every format x activation dtype at the model's real depth. A combination whose one-layer probe
+    (probe_formats) is over `screen` x the best probe is recorded from its probe alone, without building it; one
+    whose one-token pass is over `screen` x the best so far (best_one: a one-token pass measured before, e.g.
+    llama.cpp's) is recorded with that figure only: a measured shortlist (the slow kernels cost seconds a call on 2
+    cores). rival: (llama.cpp's row of this role, its open PassTimer): where the best torch row is a close call,
+    both are timed again side by side."""
+    probes = probe_formats(config, formats, activations) if len(formats) * len(activations) > 1 else {}
+    best_probe = min(probes.values(), default=float("inf"))
     base = slice_model(config, min(DISTINCT_LAYERS, config.num_hidden_layers))
-    models = {weights: full_depth(formatted(base, weights), config.num_hidden_layers) for weights in formats}
-    del base
+    models = {}  # built when first timed: a format screened by its probe is never built
     results = []
     for act in activations:  # bf16 first: where its kernels are fast, fp32 is screened out cheaply
         for weights in formats:
+            probe = probes.get((weights, act))
+            if probe is not None and probe > screen * best_probe:
+                results.append(Measurement(role, weights, act, {1: round(probe, 2)}, 0.0, probe_only=True))
+                if progress is not None:
+                    progress.update(1)
+                continue
+            if weights not in models:
+                models[weights] = full_depth(formatted(base, weights), config.num_hidden_layers)
             model = models[weights].to(getattr(torch, act))
             one_token = screen_ms(model)
             if one_token > screen * best_one:
@@ -174,6 +211,7 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
                                            round(1000 * PREFILL_TOKENS / prefill_ms, 1), round(dense_tok_s, 1)))
             if progress is not None:
                 progress.update(1)
+    del base
     if rival is not None:
         retime_close_finalists(rival, results, models, config)
     return results

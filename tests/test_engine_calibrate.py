@@ -83,6 +83,77 @@ def test_an_explicit_format_is_honoured_even_when_screened_out():
     assert (choice.target_weights, choice.target_activations) == ("int8", "float32")
 
 
+def test_a_pinned_format_screened_two_ways_takes_the_measured_pass_over_a_probe():
+    """Among screened rows only, a one-layer probe's figure is not a pass: a row with a real one-token pass wins."""
+    cal = table(Measurement("target", "int8", "bfloat16", {1: 20.0}, 0.0, probe_only=True),
+                Measurement("target", "int8", "float32", {1: 900.0}, 0.0))
+    choice = choose(cal, target_formats=("int8",))
+    assert (choice.target_weights, choice.target_activations) == ("int8", "float32")
+
+
+def test_formats_far_behind_in_their_probe_are_never_built(monkeypatch):
+    """One-layer probes rank the formats first; a combination over twice the best probe is recorded from its probe
+    (probe_only) and its format is not built at all when no dtype of it is in reach; the others are built once and
+    timed as before."""
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    config = tiny_config(384, 2, hidden=64)
+    probes = {("gguf", "bfloat16"): 10.0, ("gguf", "float32"): 12.0, ("int8", "bfloat16"): 19.0,
+              ("int8", "float32"): 21.0, ("dense", "bfloat16"): 50.0, ("dense", "float32"): 45.0}
+    monkeypatch.setattr(timing, "probe_formats", lambda *a: probes)
+    built = []
+    real_formatted = timing.formatted
+    monkeypatch.setattr(timing, "formatted", lambda base, weights: built.append(weights) or real_formatted(base, weights))
+    rows = timing.measure_role("target", config, ("gguf", "int8", "dense"), ("bfloat16", "float32"))
+    assert built == ["gguf", "int8"]  # once each, whatever the dtypes; dense never
+    by_key = {(r.weights, r.activations): r for r in rows}
+    assert len(rows) == 6
+    assert {k for k, r in by_key.items() if r.probe_only} == {("int8", "float32"), ("dense", "bfloat16"),
+                                                                ("dense", "float32")}
+    assert by_key[("dense", "float32")].pass_ms == {1: 45.0} and not by_key[("dense", "float32")].complete
+    assert all(not by_key[k].probe_only and by_key[k].pass_ms[1] != probes[k] for k in (("gguf", "bfloat16"),
+                                                                                        ("int8", "bfloat16")))
+    text = format_table(table(*rows))
+    assert text.count("one-layer probe") == 3
+
+
+def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch):
+    """The first prefill at a new width pays first-call costs (oneDNN's: 98 vs 130-138 tok/s on a Zen 4); a prefill
+    over the passes' small budget still gets its second call, as llama.cpp's rows do, or torch rows lose prefill
+    speed llama.cpp's keep."""
+    import time as real_time
+
+    from engine.kvcache import TrackedCache
+
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    prefills = []
+    real_forward = TrackedCache.forward
+
+    def forward(self, new_ids, *args, **kwargs):
+        if len(new_ids) == 16 and not self.ids:
+            prefills.append(1)
+            real_time.sleep(0.5 if len(prefills) == 1 else 0.05)  # a cold first call, then a warm one
+        return real_forward(self, new_ids, *args, **kwargs)
+    monkeypatch.setattr(TrackedCache, "forward", forward)
+    model = timing.full_depth(timing.formatted(timing.slice_model(tiny_config(384, 2, hidden=64), 2), "dense"), 2)
+    _, prefill_ms = timing.time_passes(model.float(), 384, widths=(1,))
+    assert len(prefills) == 2 and prefill_ms < 400
+
+
+def test_a_probe_builds_one_layer_with_a_small_head(monkeypatch):
+    config = tiny_config(384, 3, hidden=64)
+    heads = []
+    real_formatted = timing.formatted
+    monkeypatch.setattr(timing, "formatted", lambda base, weights: heads.append(
+        (len(base.model.layers), base.lm_head.out_features)) or real_formatted(base, weights))
+    monkeypatch.setattr(timing, "PROBE_VOCAB", 128)
+    probes = timing.probe_formats(config, ("int8", "dense"), ("bfloat16", "float32"))
+    assert set(probes) == {(w, a) for w in ("int8", "dense") for a in ("bfloat16", "float32")}
+    assert all(ms > 0 for ms in probes.values())
+    assert heads == [(1, 128), (1, 128)]
+
+
 def test_vnni_formats_are_timed_where_their_kernel_is_offered_and_key_the_table(monkeypatch):
     from engine import vnni
 

@@ -252,11 +252,27 @@ def test_calibration_times_the_handoff_on_the_real_file(target, monkeypatch):
     monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: 0.0)  # passes the screen
     timed = []
     real_timing = calibrate_llamacpp.time_torch_prefill
-    monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill", lambda *a: timed.append(1) or real_timing(*a))
+    monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill",
+                        lambda *a, **k: timed.append(1) or real_timing(*a, **k))
     model, torch_model = target
     row = calibrate_llamacpp.measure("target", model.path, widths=(1, 2), context_tokens=64, prefill_tokens=96,
                                      reps=1, torch_config=torch_model.config)
     assert row.prefill_torch_tok_s > 0 and row.prefill_tok_s > 0 and timed == [1]
+
+
+@pytest.mark.parametrize("llama_s,written_by_torch", [(1e9, True), (0.0, False)])
+def test_the_passes_context_is_written_by_the_faster_prefill(target, llama_s, written_by_torch):
+    """Where torch's prefill beat llama.cpp's, it also writes the 1,024-token context the passes are timed after (the
+    keys and values it hands over are random; a pass costs the same): 16-17 s of llama.cpp prefill saved on a Zen 4."""
+    from engine.llamacpp import LlamaCppCache
+
+    model, torch_model = target
+    cache = LlamaCppCache(model)
+    tokens = list(range(100, 260))
+    calibrate_llamacpp.time_torch_prefill(model, cache, torch_model.config, tokens, (16, 32), context_tokens=80,
+                                          faster_than={16: llama_s, 32: llama_s})
+    assert len(cache.ids) == (80 if written_by_torch else 32)
+    assert model.torch_prefill is None  # the random-weight prefill never stays behind
 
 
 def test_a_torch_prefill_far_slower_here_is_screened_not_timed(target, monkeypatch):
