@@ -8,6 +8,7 @@ timed after CONTEXT_TOKENS tokens of context, written straight into the cache (f
 from __future__ import annotations
 
 import copy
+import logging
 import time
 
 import torch
@@ -15,6 +16,8 @@ import torch
 from . import calibrate
 from .calibrate import ACTIVATIONS, WIDTHS, Calibration, Measurement, formats_here, machine_key
 from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
+
+log = logging.getLogger(__name__)
 
 CONTEXT_TOKENS = calibrate.CONTEXT_TOKENS
 PREFILL_TOKENS = 128
@@ -229,6 +232,9 @@ def retime_close_finalists(rival: tuple[Measurement, object], results: list[Meas
                            CONTEXT_TOKENS)
     try:
         time_side_by_side([(rival_row, rival_timer), (finalist, timer)])
+    except Exception as exc:  # the rows keep their own timings (they change only once all is timed)
+        log.warning("timing %s side by side with llama.cpp failed (%s): kept the figures timed apart",
+                    finalist.weights, exc)
     finally:
         timer.close()
 

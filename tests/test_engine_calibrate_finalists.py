@@ -107,6 +107,22 @@ def test_calibrate_times_a_close_rival_again_beside_torchs_best(monkeypatch, rat
     assert not any(m.side_by_side for m in cal.measurements if m.role == "draft")  # no draft rival handed in
 
 
+def test_a_rival_that_fails_side_by_side_leaves_the_figures_timed_apart(monkeypatch, caplog):
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr("engine.calibrate_finalists.FINALIST_RATIO", 1e9)
+
+    class Broken:
+        def pass_ms(self, width):
+            raise RuntimeError("llama_decode failed")
+    llama = Measurement("target", "llamacpp", "ggml", {w: 7.0 for w in WIDTHS}, 500.0)
+    cal = timing.calibrate(tiny_config(384, 2, hidden=64), None, progress=False, measured_first=[llama],
+                           rivals={"target": Broken()})
+    assert llama.pass_ms == {w: 7.0 for w in WIDTHS} and not any(m.side_by_side for m in cal.measurements)
+    assert any(m.complete for m in cal.measurements if m.weights != "llamacpp")
+    assert "side by side with llama.cpp failed" in caplog.text
+
+
 def test_side_by_side_is_saved_and_printed(tmp_path):
     from engine.calibrate import Calibration, load_cached, save
     from engine.calibrate_report import format_table
