@@ -379,7 +379,7 @@ def llamacpp_rows(gguf_files: dict, device: str, have: tuple[Measurement, ...] =
                   configs: dict | None = None, keep: dict | None = None) -> list[Measurement]:
     """The real GGUF files timed in llama.cpp (format "llamacpp"), for each role that `have` has no such row for.
     configs ({role: config}): also time a torch prefill of that architecture handing its keys/values over.
-    keep: {role: calibrate_llamacpp.PassTimer} of the models left open (the caller closes them)."""
+    keep: {role: calibrate_finalists.PassTimer} of the models left open (the caller closes them)."""
     from . import calibrate_llamacpp, llamacpp, torch_prefill
 
     if device != "cpu" or not gguf_files or not llamacpp.available():

@@ -9,6 +9,7 @@ of each in turn — so both see the same minutes, and both rows take those figur
 from __future__ import annotations
 
 import logging
+import time
 
 import torch
 
@@ -20,33 +21,25 @@ FINALIST_RATIO = 1.5  # one-token passes further apart than this are not close c
 ROUNDS = 5  # each width of each finalist: the best of this many calls, interleaved with the rival's
 
 
-class TorchPassTimer:
-    """A torch model's passes after the calibration's context (random keys/values written into the cache)."""
+class PassTimer:
+    """A cache holding the calibration's context (`ids[:context]`): times one pass over the next `width` ids and
+    cuts the cache back, for llama.cpp's models (calibrate_llamacpp.measure, keep=) and torch's
+    (calibrate_torch.time_passes, pass_timer) alike. owner: what close() closes too (llama.cpp's model)."""
 
-    def __init__(self, model, vocab: int, context: int):
-        from .calibrate_torch import fill_context
-        from .kvcache import TrackedCache
-
-        gen = torch.Generator().manual_seed(1)
-        self.ids = torch.randint(100, vocab - 100, (context + max(WIDTHS),), generator=gen).tolist()
-        self.context = context
-        self.cache = TrackedCache(model)
-        with torch.inference_mode():
-            self.cache.forward(self.ids[:8], logits="none")  # first-call allocations stay out of the timings
-            fill_context(self.cache, self.ids[:context])
+    def __init__(self, cache, ids: list[int], context: int, owner=None):
+        self.cache, self.ids, self.context, self.owner = cache, ids, context, owner
 
     def pass_ms(self, width: int) -> float:
-        import time
-
         with torch.inference_mode():
             started = time.perf_counter()
             self.cache.forward(self.ids[self.context:self.context + width], logits="all")
-            ms = 1000 * (time.perf_counter() - started)
             self.cache.truncate(self.context)
-        return ms
+            return 1000 * (time.perf_counter() - started)
 
     def close(self) -> None:
         self.cache = None
+        if self.owner is not None:
+            self.owner.close()
 
 
 def rival_in_reach(rival: Measurement, rows: list[Measurement], ratio: float | None = None) -> Measurement | None:

@@ -17,33 +17,16 @@ from .torch_prefill import HANDOFF_MIN_TOKENS, Int8Weight, Qwen2Shape, TorchPref
 log = logging.getLogger(__name__)
 
 
-class PassTimer:
-    """A llama.cpp model left open after `measure`, its context still in the cache, to time passes again beside
-    torch's (engine/calibrate_finalists.py). Close it when done."""
-
-    def __init__(self, model: LlamaCppModel, cache: LlamaCppCache, tokens: list[int], context_tokens: int):
-        self.model, self.cache, self.tokens, self.context = model, cache, tokens, context_tokens
-
-    def pass_ms(self, width: int) -> float:
-        started = time.perf_counter()
-        self.cache.forward(self.tokens[self.context:self.context + width], logits="all")
-        ms = 1000 * (time.perf_counter() - started)
-        self.cache.truncate(self.context)
-        return ms
-
-    def close(self) -> None:
-        self.cache = None
-        self.model.close()
-
-
 def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens: int = 256,
             prefill_tokens: int = 256, reps: int = 3, torch_config=None, keep: dict | None = None):
     """This machine's pass costs for one GGUF in llama.cpp, as a calibrate.Measurement (weights "llamacpp",
     activations "ggml": llama.cpp quantizes activations to match each weight type itself). Passes after a
     context_tokens context, best of reps; prefill in the engine's chunk size. torch_config (the model's
     transformers config): also the same prefill in torch W8A8 with random weights, handed over to llama.cpp.
-    keep ({role: PassTimer}): leave the model open there instead of closing it, to time it again side by side."""
+    keep ({role: calibrate_finalists.PassTimer}): leave the model open there instead of closing it, to time it
+    again side by side."""
     from .calibrate import Measurement
+    from .calibrate_finalists import PassTimer
 
     model = LlamaCppModel(path, n_sequences=1, n_ctx_per_sequence=max(1024, context_tokens + max(widths) + 64),
                           label=role)
@@ -80,7 +63,7 @@ def measure(role: str, path: Path | str, widths=(1, 2, 4, 8, 16), context_tokens
                 cache.truncate(context_tokens)
             pass_ms[width] = round(1000 * best, 2)
         if keep is not None:
-            keep[role] = PassTimer(model, cache, tokens, context_tokens)
+            keep[role] = PassTimer(cache, tokens, context_tokens, owner=model)
         del cache
     finally:
         if keep is None or role not in keep:

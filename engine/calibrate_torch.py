@@ -98,15 +98,12 @@ def full_depth(model, depth: int):
 def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
                 context: int | None = None) -> tuple[dict[int, float], float]:
     """ms of a pass over each width after `context` tokens (CONTEXT_TOKENS), and ms to prefill PREFILL_TOKENS."""
-    from .kvcache import TrackedCache
+    from .calibrate_finalists import PassTimer
 
     context = CONTEXT_TOKENS if context is None else context
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(100, vocab - 100, (max(context, PREFILL_TOKENS) + max(widths),), generator=gen).tolist()
-    cache = TrackedCache(model)
+    cache, ids = warm_cache(model, vocab, max(context, PREFILL_TOKENS) + max(widths))
     prefill_ms = 0.0
     with torch.inference_mode():
-        cache.forward(ids[:8], logits="none")  # warm-up: first-call allocations stay out of the timings
         if prefill:
             def run_prefill():
                 cache.truncate(0)
@@ -116,13 +113,31 @@ def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
             # prefill on a Zen 4), and with a one-call budget the torch rows lost prefill speed llama.cpp's kept.
             prefill_ms = best_ms(run_prefill, reps=2, budget_s=PREFILL_SECOND_CALL_S)
         fill_context(cache, ids[:context])
-        out = {}
-        for n in widths:
-            def verify(n=n):
-                cache.forward(ids[context:context + n], logits="all")
-                cache.truncate(context)
-            out[n] = best_ms(verify)
-    return out, prefill_ms
+    timer = PassTimer(cache, ids, context)
+    return {n: best_ms(lambda n=n: timer.pass_ms(n)) for n in widths}, prefill_ms
+
+
+def pass_timer(model, vocab: int):
+    """The model's passes after the calibration's context, to time again beside llama.cpp's (calibrate_finalists)."""
+    from .calibrate_finalists import PassTimer
+
+    cache, ids = warm_cache(model, vocab, CONTEXT_TOKENS + max(WIDTHS))
+    with torch.inference_mode():
+        fill_context(cache, ids[:CONTEXT_TOKENS])
+    return PassTimer(cache, ids, CONTEXT_TOKENS)
+
+
+def warm_cache(model, vocab: int, count: int):
+    """A cache of the model after one warm-up pass (first-call allocations stay out of the timings), and `count`
+    random token ids (seeded) to time with."""
+    from .kvcache import TrackedCache
+
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(100, vocab - 100, (count,), generator=gen).tolist()
+    cache = TrackedCache(model)
+    with torch.inference_mode():
+        cache.forward(ids[:8], logits="none")
+    return cache, ids
 
 
 def fill_context(cache, ids: list[int]) -> None:
@@ -222,14 +237,13 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
 
 def retime_close_finalists(rival: tuple[Measurement, object], results: list[Measurement], models: dict,
                            config) -> None:
-    from .calibrate_finalists import TorchPassTimer, rival_in_reach, time_side_by_side
+    from .calibrate_finalists import rival_in_reach, time_side_by_side
 
     rival_row, rival_timer = rival
     finalist = rival_in_reach(rival_row, results)
     if finalist is None:
         return
-    timer = TorchPassTimer(models[finalist.weights].to(getattr(torch, finalist.activations)), config.vocab_size,
-                           CONTEXT_TOKENS)
+    timer = pass_timer(models[finalist.weights].to(getattr(torch, finalist.activations)), config.vocab_size)
     try:
         time_side_by_side([(rival_row, rival_timer), (finalist, timer)])
     except Exception as exc:  # the rows keep their own timings (they change only once all is timed)

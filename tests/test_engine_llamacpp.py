@@ -379,21 +379,21 @@ def test_a_spare_fits_beside_every_session_and_a_one_off_request(models, referen
 def test_a_kept_llamacpp_model_times_passes_again_until_closed(gguf_files, monkeypatch):
     """measure(keep=...) leaves the model open with its context cached, so the calibration can time its passes again
     beside torch's (engine/calibrate_finalists.py); the calibration closes every kept model, even when it fails."""
-    from engine import calibrate, calibrate_llamacpp
+    from engine import calibrate, calibrate_finalists, calibrate_llamacpp
 
     keep = {}
     row = calibrate_llamacpp.measure("target", gguf_files["target"], widths=(1, 2), context_tokens=24,
                                      prefill_tokens=16, reps=1, keep=keep)
     timer = keep["target"]
     assert set(row.pass_ms) == {1, 2}
-    assert timer.cache.ids == timer.tokens[:24]
-    assert timer.pass_ms(2) > 0 and timer.cache.ids == timer.tokens[:24]  # the context is kept for the next pass
+    assert timer.cache.ids == timer.ids[:24]
+    assert timer.pass_ms(2) > 0 and timer.cache.ids == timer.ids[:24]  # the context is kept for the next pass
     timer.close()
-    assert timer.model.ctx is None
+    assert timer.owner.ctx is None
     # calibration_for closes what it kept, also when measuring the torch formats fails.
     closed = []
-    real_close = calibrate_llamacpp.PassTimer.close
-    monkeypatch.setattr(calibrate_llamacpp.PassTimer, "close", lambda self: closed.append(self) or real_close(self))
+    real_close = calibrate_finalists.PassTimer.close
+    monkeypatch.setattr(calibrate_finalists.PassTimer, "close", lambda self: closed.append(self) or real_close(self))
 
     def fail(*args, **kwargs):
         raise RuntimeError("torch formats failed")
@@ -402,4 +402,4 @@ def test_a_kept_llamacpp_model_times_passes_again_until_closed(gguf_files, monke
     with pytest.raises(RuntimeError, match="torch formats failed"):
         calibrate.calibration_for(Path(gguf_files["target"]).parent, config, None, in_process=True, progress=False,
                                   gguf_files={"target": gguf_files["target"]})
-    assert len(closed) == 1 and closed[0].model.ctx is None
+    assert len(closed) == 1 and closed[0].owner.ctx is None

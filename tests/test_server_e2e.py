@@ -7,6 +7,7 @@ the test cancels or supersedes it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 import pytest
 import pytest_asyncio
@@ -194,17 +195,16 @@ async def test_cancel_request_stops_generation_and_server_keeps_serving(client):
     for attempt in range(3):  # ... unless the random completion stops after a few tokens, before a poll sees it
         before = await stats(client)
         msg_id = f"cancel-me-{attempt}"
-        future = client.protocol.send_request(lsp.TEXT_DOCUMENT_INLINE_COMPLETION,
-                                              completion_params(uri, 1, 4), msg_id=msg_id)
-        await wait_for_stats(client, lambda now: future.done() or engine_running(before)(now))
-        if not future.done():
+        future = await in_flight(client, lambda: client.protocol.send_request(
+            lsp.TEXT_DOCUMENT_INLINE_COMPLETION, completion_params(uri, 1, 4), msg_id=msg_id))
+        if future is not None:
             break
         change_doc(client, uri, 2 + attempt, "#", start=(0, 0))  # another prompt for the next try
     else:
         pytest.fail("no 400-token completion was ever seen in flight in 3 tries")
     client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id=msg_id))
     try:
-        result = await asyncio.wait_for(asyncio.wrap_future(future), 30)
+        result = await asyncio.wait_for(future, 30)
         assert items_of(result) == []  # an empty list is also a valid answer to a cancelled request
     except JsonRpcException as exc:  # the usual answer: -32800 RequestCancelled
         assert exc.code == -32800, exc
@@ -225,12 +225,15 @@ async def test_cancel_request_stops_generation_and_server_keeps_serving(client):
         assert (item.range.start.line, item.range.start.character) == (1, 4)
 
 
-async def in_flight(client, request) -> asyncio.Future | None:
-    """Send `request` (a coroutine) and return its future once the engine generates for it; None when it finished
-    before it was seen generating (the tiny pair's random completion can stop after a few tokens, and a busy machine
-    answers the polls late): the scenario did not happen, the caller sets it up again."""
+async def in_flight(client, send) -> asyncio.Future | None:
+    """Send a request (`send()`: a coroutine to run, or the future of a request it sent) and return its future once
+    the engine generates for it; None when it finished before it was seen generating (the tiny pair's random completion can stop
+    after a few tokens, and a busy machine answers the polls late): the scenario did not happen, the caller sets it
+    up again. An error or a cancel of the request is raised as it was answered."""
     before = await stats(client)
-    future = asyncio.ensure_future(request)
+    request = send()
+    future = (asyncio.wrap_future(request) if isinstance(request, concurrent.futures.Future)
+              else asyncio.ensure_future(request))
     await wait_for_stats(client, lambda now: future.done() or engine_running(before)(now))
     if future.done():
         await future
@@ -244,11 +247,11 @@ async def test_newer_request_and_edit_supersede_the_older_request(client):
         open_doc(client, uri, BLOCK_DOC)
         await configure(client, {"maxTokens": 400})
         before = await stats(client)
-        first = await in_flight(client, complete(client, uri, 1, 4))
+        first = await in_flight(client, lambda: complete(client, uri, 1, 4))
         if first is None:
             continue
         change_doc(client, uri, 2, "r", start=(1, 4))  # the edit supersedes `first`
-        second = await in_flight(client, complete(client, uri, 1, 5))
+        second = await in_flight(client, lambda: complete(client, uri, 1, 5))
         if second is None:
             await asyncio.wait_for(first, 30)
             continue
