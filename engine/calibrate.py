@@ -54,6 +54,10 @@ DRAFT_ALPHA = 0.9
 # model reached over the bench prompts (0.78 on the Zen 5, docs/benchmarks.md): cheap verify passes count.
 TYPICAL_ALPHA = 0.8
 COMPLETION_PROMPT, COMPLETION_TOKENS = 100, 16  # a short completion: new prompt tokens, then tokens generated
+# The prompt lookup's drafts, which `auto` takes wherever they pay: over the 12 bench prompts (Zen 4, lookup alone,
+# K = 2) a draft was found for 35 % of the passes and half of the drafted tokens were accepted. They make a cheap
+# verify pass worth something even where the draft model does not pay (docs/benchmarks.md, twentieth).
+LOOKUP_HIT, LOOKUP_ALPHA = 0.35, 0.5
 VERSION = 9  # 3: llama.cpp rows time a torch prefill handing its keys/values over; 4: grouped attention; 5: vnni;
 # 6: passes after 1,024 tokens of context; 7: short torch passes through engine/lean_step.py; 8: its C++ layers;
 # 9: close finalists (llama.cpp vs torch) timed again side by side; formats screened by one-layer probes first
@@ -97,8 +101,10 @@ class Measurement:
         return self.prefill_tok_s > 0 and all(w in self.pass_ms for w in WIDTHS)
 
     def single_line_ms(self) -> float:
-        """What one short completion costs: 100 new prompt tokens, then 16 one-token steps."""
-        return 1000 * COMPLETION_PROMPT / self.prefill_used_tok_s + COMPLETION_TOKENS * self.pass_ms[1]
+        """What one short completion costs: 100 new prompt tokens, then 16 tokens; a target's steps with the free
+        drafts of the prompt lookup where its verify passes are cheap enough for them to pay (lookup_speedup)."""
+        lookup = lookup_speedup(self.pass_ms) if self.role == "target" and self.complete else 1.0
+        return 1000 * COMPLETION_PROMPT / self.prefill_used_tok_s + COMPLETION_TOKENS * self.pass_ms[1] / lookup
 
     def draft_cycle_ms(self, k: int = 4) -> float:
         """What a draft model costs for k proposals: the first pass of a cycle also feeds it the tokens committed
@@ -144,13 +150,21 @@ class Calibration:
 
 
 def formats_here(device: str = "cpu") -> dict[str, tuple[str, ...]]:
-    """The torch formats each role is timed in on this machine: the vnni formats where the CPU has AVX-512 VNNI and
-    their kernel builds (flags shortlist, the build decides; the timing then decides whether they are used)."""
+    """The torch formats each role is timed in on this machine: the vnni formats where the CPU has AVX-512 VNNI or
+    AVX2 and their kernel builds (flags shortlist, the build decides; the timing then decides whether they are
+    used)."""
     from . import vnni
 
     with_vnni = not device.startswith("cuda") and vnni.offered()
     return {role: formats + (VNNI_FORMATS[role] if with_vnni else ())
             for role, formats in (("target", TARGET_FORMATS), ("draft", DRAFT_FORMATS))}
+
+
+def vnni_path(device: str) -> str | None:
+    """The vector path of the vnni kernel the vnni formats run through here ("avx512-vnni", "avx2"), None without."""
+    from . import vnni
+
+    return vnni.kernel().simd() if "vnni" in formats_here(device)["target"] else None
 
 
 def processor_name(device: str = "cpu") -> str:
@@ -191,6 +205,7 @@ def machine_key(device: str, target_config, draft_config) -> dict:
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "formats": formats_here(device),  # a compiler installed later (vnni) is a new table, not a gap in one
+            "vnni_kernel": vnni_path(device),  # its AVX-512 or AVX2 build ($CODECUE_KERNEL_MARCH) times differently
             "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
 
 
@@ -205,6 +220,16 @@ def expected_speedup(verify_ms: dict[int, float], draft_ms: float, alpha: float 
     alone = 1 / interpolate(verify_ms, 1)
     return max([1.0] + [expected_tokens(alpha, k) / (interpolate(verify_ms, k + 1) + k * draft_ms) / alone
                         for k in range(1, max_k + 1)])
+
+
+def lookup_speedup(verify_ms: dict[int, float], hit: float = LOOKUP_HIT, alpha: float = LOOKUP_ALPHA,
+                   max_k: int = 8) -> float:
+    """Tokens per ms of decoding with the prompt lookup's drafts (free: no model runs), over plain decoding, at the
+    best K: a pass that finds a draft (a `hit` of them) verifies K + 1 tokens and yields 1 + the accepted ones. Where a
+    K + 1-token pass costs nearly K + 1 one-token passes (llama.cpp's kernels on 2 cores) this stays 1."""
+    plain = interpolate(verify_ms, 1)
+    return max([1.0] + [(1 + hit * (expected_tokens(alpha, k) - 1)) * plain
+                        / (hit * interpolate(verify_ms, k + 1) + (1 - hit) * plain) for k in range(1, max_k + 1)])
 
 
 def choose(cal: Calibration, target_formats=TARGET_FORMATS, draft_formats=DRAFT_FORMATS,

@@ -13,7 +13,8 @@ def copy_kind(weights: str) -> str:
 
 def format_table(cal: Calibration, choice: Choice | None = None) -> str:
     key = cal.key
-    lines = [f"calibration on {key['processor']} ({key['cpu_capability']}, {key['threads']} threads, "
+    kernel = f", vnni kernel {key['vnni_kernel']}" if key.get("vnni_kernel") else ""
+    lines = [f"calibration on {key['processor']} ({key['cpu_capability']}{kernel}, {key['threads']} threads, "
              f"torch {key['torch']}; measured in {cal.seconds:.0f} s)",
              f"{'model':7s} {'weights':8s} {'act':9s} " + " ".join(f"{f'{w} tok':>9s}" for w in WIDTHS)
              + f" {'prefill':>11s} {'1-line':>8s}"]

@@ -28,7 +28,7 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
         from . import vnni
 
         if not vnni.offered():
-            raise ModelsError("weight formats vnni and vnni4 need a CPU with AVX-512 VNNI where their kernel "
+            raise ModelsError("weight formats vnni and vnni4 need a CPU with AVX-512 VNNI or AVX2 where their kernel "
                               "builds (a C++ compiler; engine/vnni.py): not here. Choose another format with "
                               "CODECUE_TARGET_WEIGHTS / CODECUE_DRAFT_WEIGHTS, or `auto`")
     if device.type == "cuda":

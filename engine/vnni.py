@@ -1,4 +1,5 @@
-"""The "vnni" weight format: the GGUF's 4-bit (and 8-bit) weights through CodeCue's own AVX-512 VNNI kernel.
+"""The "vnni" weight format: the GGUF's 4-bit (and 8-bit) weights through CodeCue's own AVX-512 VNNI (or AVX2)
+kernel.
 
 torch's and llama.cpp's quantized kernels are compute-bound past one or two tokens a pass on 2 cores, so a verify
 pass of K+1 tokens costs nearly K+1 one-token passes and speculation cannot pay. engine/kernels/vnni_linear.cpp
@@ -7,8 +8,9 @@ activations quantized to int8 per group of input columns (like llama.cpp's Q8_K)
 on the other rows of the pass: a verify pass computes each token exactly as a one-token pass does.
 
 The kernel is compiled on first use for this CPU (`-march=native`, torch's C++ extension build, ~40 s on 2 cores)
-and cached under $CODECUE_HOME/extensions (or $CODECUE_EXTENSIONS). Where the compiler does not target AVX-512
-VNNI the formats are not offered (`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
+and cached under $CODECUE_HOME/extensions (or $CODECUE_EXTENSIONS). Without AVX-512 VNNI it runs the same sums
+through AVX2 (`vpmaddubsw`), bitwise the same results; where the compiler targets neither the formats are not
+offered (`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
 """
 from __future__ import annotations
 
@@ -35,9 +37,15 @@ class KernelUnavailable(RuntimeError):
     pass
 
 
-@lru_cache(maxsize=1)
-def kernel():
-    """The compiled extension (built once per machine and torch version, then loaded from the cache)."""
+def kernel(march: str | None = None):
+    """The compiled extension for `march` (gcc's -march; default $CODECUE_KERNEL_MARCH, else "native": this CPU),
+    built once per machine, torch version and march, then loaded from the cache. Another march (x86-64-v3: AVX2,
+    no AVX-512) runs the kernels a CPU without AVX-512 would run, on this one: for tests and emulated benchmarks."""
+    return _kernel(march or os.environ.get("CODECUE_KERNEL_MARCH") or "native")
+
+
+@lru_cache(maxsize=None)
+def _kernel(march: str):
     from torch.utils import cpp_extension
 
     from .models import codecue_home
@@ -45,33 +53,35 @@ def kernel():
     # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
     digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)).hexdigest()[:12]
     builds = Path(os.environ.get("CODECUE_EXTENSIONS") or codecue_home() / "extensions")
-    build = builds / f"vnni-{torch.__version__}-{digest}".replace("+", "_")
+    tag = "" if march == "native" else "-" + "".join(c if c.isalnum() else "_" for c in march)
+    build = builds / f"vnni-{torch.__version__}-{digest}{tag}".replace("+", "_")
     build.mkdir(parents=True, exist_ok=True)
     try:
         return cpp_extension.load(
-            name="codecue_vnni_linear", sources=[str(source) for source in SOURCES], build_directory=str(build),
-            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
-            verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
+            name="codecue_vnni_linear" + tag.replace("-", "_"), sources=[str(source) for source in SOURCES],
+            build_directory=str(build), extra_cflags=["-O3", f"-march={march}", "-fopenmp"],
+            extra_ldflags=["-fopenmp"], verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
     except Exception as exc:  # no compiler, no ninja, a compile error
         raise KernelUnavailable(f"the vnni kernel could not be built ({exc})") from exc
 
 
 def available() -> bool:
-    """The kernel builds here and was compiled for AVX-512 VNNI."""
+    """The kernel builds here with a vector path (AVX-512 VNNI or AVX2)."""
     try:
-        return bool(kernel().has_vnni())
+        return kernel().simd() != "none"
     except KernelUnavailable as exc:
         log.info("%s", exc)
         return False
 
 
 def offered() -> bool:
-    """CPU flags shortlist (no compile where the CPU lacks AVX-512 VNNI); the build itself decides."""
+    """CPU flags shortlist (no compile where the CPU has neither AVX-512 VNNI nor AVX2); the calibration decides."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
         return False
-    return "avx512_vnni" in flags and "avx512bw" in flags and available()
+    wide = "avx512_vnni" in flags and "avx512bw" in flags
+    return (wide or {"avx2", "fma", "f16c"} <= set(flags)) and available()
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,16 @@ torch.set_num_threads(1)
 STOP_IDS = (0, 1, 2, 3, 4, 5, 6, 7)  # the tiny tokenizer's special tokens
 
 
+def kernel_marches() -> list[str]:
+    """The builds of the vnni extension this CPU can run: its own ("native"), and on a CPU with AVX-512 also the AVX2
+    one (x86-64-v3) a CPU without AVX-512 would build, so that both vector paths are tested on one machine."""
+    from pathlib import Path
+
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+    both = {"avx512f", "avx512bw", "avx512_vnni", "avx2", "fma", "f16c"} <= flags
+    return ["native", "x86-64-v3"] if both else ["native"]
+
+
 @lru_cache(maxsize=None)
 def tiny_tokenizer():
     return build_tokenizer()

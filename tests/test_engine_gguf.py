@@ -10,7 +10,7 @@ from engine import CompletionRequest, Engine
 from engine.gguf_weights import apply_gguf_weights, dequantize, hf_module_name, linear_from_gguf, q4k_to_affine
 from engine.models import LoadedPair, PairSpec
 from engine.quant import Int4Linear, Int8Linear, apply_weight_format, canonical_format, quantize_groups_int4
-from engine_helpers import random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
+from engine_helpers import kernel_marches, random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
 
 HIDDEN, FFN, LAYERS = 256, 512, 2  # Q4_K needs rows of whole 256-weight super-blocks
 
@@ -222,12 +222,16 @@ def test_prefill_chunks_use_the_dense_copy_and_steps_the_quantized_kernel(gguf_m
     assert set_prefill_weights(split, None) == 0 and torch.equal(layer(long_), plain_layer(long_))
 
 
-# gguf: a dense copy for prefill; vnni: an int8 copy, prefill in W8A8 (engine/quant.py: set_prefill_weights)
-@pytest.mark.parametrize("weight_format,draft_format", [("gguf", "int4"), ("vnni", "vnni4")])
+# gguf: a dense copy for prefill; vnni: an int8 copy, prefill in W8A8 (engine/quant.py: set_prefill_weights); the
+# vnni pair also through the AVX2 build of the kernel (x86-64-v3), where this CPU has AVX-512.
+@pytest.mark.parametrize("weight_format,draft_format,march",
+                         [("gguf", "int4", "native"), ("vnni", "vnni4", "native")]
+                         + [("vnni", "vnni4", march) for march in kernel_marches()[1:]])
 def test_speculation_with_a_prefill_copy_equals_target_alone_in_the_same_layout(gguf_model, weight_format,
-                                                                                 draft_format):
+                                                                                 draft_format, march, monkeypatch):
     from engine.quant import dense_linear_weights, set_prefill_weights
 
+    monkeypatch.setenv("CODECUE_KERNEL_MARCH", march)
     path, _ = gguf_model
     target = tiny_qwen()
     dense = {k: v.clone() for k, v in dense_linear_weights(target).items()}

@@ -12,6 +12,7 @@ from engine.kvcache import TrackedCache
 from engine.quant import apply_weight_format
 from engine.vnni import VnniLinear
 
+from engine_helpers import kernel_marches
 from test_engine_lean_step import passes, random_prompt, tiny
 
 
@@ -56,8 +57,10 @@ def test_native_layers_give_the_python_layers_logits_bitwise(monkeypatch, build)
         assert g.shape == w.shape and torch.equal(g, w)
 
 
-def test_a_verify_pass_gives_each_token_the_logits_of_one_token_passes(monkeypatch):
+@pytest.mark.parametrize("march", kernel_marches())
+def test_a_verify_pass_gives_each_token_the_logits_of_one_token_passes(monkeypatch, march):
     monkeypatch.setenv("CODECUE_LEAN", "1")
+    monkeypatch.setenv("CODECUE_KERNEL_MARCH", march)  # the model's layers and native layers use that build
     model = vnni_model("vnni4")
     prompt = random_prompt(8, 52)
     with torch.inference_mode():  # positions 44-48: the attention's 16-key blocks change on the way (48)

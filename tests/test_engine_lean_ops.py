@@ -2,14 +2,15 @@
 new tokens over the KV cache, each seeing the keys up to its own position. Checked against torch's arithmetic for
 head widths that take the 16-key blocks (multiples of 16) and one that does not, contexts with and without a
 partial last block; and each row must be bitwise what a one-token pass at its position computes (the lossless
-invariant: a verify pass scores each token as decoding it would). On a CPU without AVX-512 the same checks cover the
-scalar path the extension is then built with."""
+invariant: a verify pass scores each token as decoding it would). Both vector paths are checked where the CPU has
+AVX-512: its own build and the AVX2 build (x86-64-v3) of a CPU without it."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from engine import vnni
+from engine_helpers import kernel_marches
 
 
 def reference(q, keys, values, scaling):
@@ -32,25 +33,28 @@ def cache(kv: int, length: int, d: int, seed: int):
     return keys[:, :, :length], values[:, :, :length]
 
 
+@pytest.mark.parametrize("march", kernel_marches())  # this CPU's build, and the AVX2 one where it has AVX-512
 @pytest.mark.parametrize("d", [16, 64, 128, 24])
 @pytest.mark.parametrize("length", [9, 16, 100, 1024])
 @pytest.mark.parametrize("n", [1, 4, 9])
-def test_attention_matches_torch(d, length, n):
+def test_attention_matches_torch(d, length, n, march):
     heads, kv = 6, 2
     keys, values = cache(kv, length, d, seed=length + d)
     q = torch.randn(n, heads, d, generator=torch.Generator().manual_seed(n))
-    got = vnni.kernel().decode_attention(q, keys, values, d ** -0.5)
+    got = vnni.kernel(march).decode_attention(q, keys, values, d ** -0.5)
     torch.testing.assert_close(got, reference(q, keys, values, d ** -0.5), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("march", kernel_marches())
 @pytest.mark.parametrize("length", [293, 17, 12])  # rows on both sides of a 16-key boundary; fewer keys than 16
 @pytest.mark.parametrize("d", [64, 128, 24])
-def test_each_row_of_a_pass_is_bitwise_a_one_token_pass(d, length):
+def test_each_row_of_a_pass_is_bitwise_a_one_token_pass(d, length, march):
     heads, kv, n = 12, 2, 9
     keys, values = cache(kv, length, d, seed=d)
     q = torch.randn(n, heads, d, generator=torch.Generator().manual_seed(1))
-    wide = vnni.kernel().decode_attention(q, keys, values, d ** -0.5)
+    build = vnni.kernel(march)
+    wide = build.decode_attention(q, keys, values, d ** -0.5)
     for t in range(n):
         seen = length - n + t + 1
-        one = vnni.kernel().decode_attention(q[t:t + 1], keys[:, :, :seen], values[:, :, :seen], d ** -0.5)
+        one = build.decode_attention(q[t:t + 1], keys[:, :, :seen], values[:, :, :seen], d ** -0.5)
         assert torch.equal(wide[t:t + 1], one), f"row {t}"

@@ -9,7 +9,7 @@ import torch
 from engine import vnni
 from engine.gguf_weights import linear_from_gguf
 from engine.quant import apply_weight_format, quantize_groups_int4, quantize_rows_int8
-from engine_helpers import random_prompt, tiny_pair
+from engine_helpers import kernel_marches, random_prompt, tiny_pair
 from test_engine_gguf import HIDDEN, tiny_qwen, write_gguf
 
 
@@ -77,7 +77,44 @@ def test_vector_and_lane_by_lane_paths_give_identical_numbers(make):
         layer.use_simd = False
         lanes = layer(x)
     assert torch.equal(vector, lanes)
-    assert vnni.available() == vnni.kernel().has_vnni()
+    assert vnni.available() == (vnni.kernel().simd() != "none")
+
+
+@pytest.mark.parametrize("march", kernel_marches())
+@pytest.mark.parametrize("make", [int4_layer, int8_layer])
+def test_every_build_gives_the_lane_by_lane_numbers_for_every_pass_width(make, march):
+    """The AVX-512 and AVX2 paths (both built here where the CPU has AVX-512) sum the same integers and run the same
+    float operations: bitwise the lane-by-lane numbers, rows of any pass width equal to one-token passes. Groups
+    larger than 32 columns (the int8 layers' 128) cross the AVX2 path's widening of its 16-bit sums."""
+    layer, _ = make(48, 512, seed=7)
+    x = torch.randn(16, 512, generator=torch.Generator().manual_seed(2)) * 3
+    build = vnni.kernel(march)
+    assert build.simd() == ("avx2" if march == "x86-64-v3" else vnni.kernel().simd())
+    args = (layer.packed, layer.d, layer.m, layer.out_features, layer.group, layer.bits, layer.per_channel)
+    lanes = vnni.kernel().linear(x, *args, False)
+    alone = torch.cat([build.linear(x[i:i + 1], *args, True) for i in range(16)])
+    assert torch.equal(alone, lanes)
+    for width in (2, 5, 8, 9, 16):
+        assert torch.equal(build.linear(x[:width], *args, True), lanes[:width]), width
+
+
+@pytest.mark.parametrize("march", kernel_marches())
+def test_the_largest_products_do_not_saturate_sixteen_bit_sums(march):
+    """AVX2 multiplies u8 x s8 pairs into saturating int16 sums: every weight at its largest (15; 8-bit 0 and 255,
+    i.e. -128 and 127 after the shift) against activations of +-127 must still give the exact integer sums."""
+    k = 256
+    x = torch.full((3, k), 2.0)
+    x[1] = -2.0
+    x[2, ::2] = -2.0  # +-127 alternating
+    top4 = vnni.VnniLinear.from_int4(torch.full((32, k), 15), torch.full((32, k // 32), 0.01),
+                                     torch.zeros(32, k // 32), 32, None, torch.float32)
+    q8 = torch.cat([torch.full((16, k), -128), torch.full((16, k), 127)]).to(torch.int8)
+    ends8 = vnni.VnniLinear.from_int8(q8, torch.full((32,), 0.01), None, torch.float32)
+    for layer, weight in ((top4, torch.full((32, k), 0.15)), (ends8, q8.float() * 0.01)):
+        args = (layer.packed, layer.d, layer.m, 32, layer.group, layer.bits, layer.per_channel, True)
+        got = vnni.kernel(march).linear(x, *args)
+        assert torch.equal(got, vnni.kernel().linear(x, *args[:-1], False))
+        torch.testing.assert_close(got, x @ weight.t(), rtol=1e-3, atol=1e-3)
 
 
 def test_shapes_the_kernel_cannot_take_are_a_clear_error():

@@ -63,12 +63,12 @@ struct NativeLayer {
 
 void bind_lean_layer(pybind11::module& mod) {
   namespace py = pybind11;
-  py::class_<Projection>(mod, "Projection")
+  py::class_<Projection>(mod, "Projection", py::module_local())  // two builds may share a process
       .def(py::init([](torch::Tensor packed, torch::Tensor d, torch::Tensor m, c10::optional<torch::Tensor> bias,
                        int64_t out_features, int64_t group, int64_t bits, bool per_channel, bool use_simd) {
         return Projection{packed, d, m, bias, out_features, group, bits, per_channel, use_simd};
       }));
-  py::class_<NativeLayer>(mod, "NativeLayer")
+  py::class_<NativeLayer>(mod, "NativeLayer", py::module_local())
       .def(py::init([](torch::Tensor attn_norm, double attn_eps, torch::Tensor mlp_norm, double mlp_eps,
                        std::vector<Projection> qkv, std::vector<Projection> o, std::vector<Projection> gate_up,
                        std::vector<Projection> down, int64_t heads, int64_t kv_heads, double scaling) {

@@ -26,6 +26,9 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CODECUE_LEAN_AVX2 1  // the CPUs without AVX-512: the same loops with 8-float registers
 #endif
 
 namespace {
@@ -38,6 +41,39 @@ constexpr int kAheadRows = 8;
 inline void prefetch_row(const float* row, int64_t D) {
   for (int64_t c = 0; c < D; c += 16) __builtin_prefetch(row + c, 0, 3);
 }
+
+#if defined(CODECUE_LEAN_AVX2)
+// The 8 lanes' sum, always in the same order (halves, then quarters, then pairs).
+inline float sum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+
+inline float max8(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+
+// exp16's arithmetic on 8 floats; 2^n built in the exponent bits (n is within -126 .. 127 after the clamp).
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+#endif
 
 // scores[r][j] = scale * dot(q_r, k_j) for `rows` rows of one KV head, keys 0..L-1 (only a row's visible keys are
 // read afterwards: softmax_prefix, weigh_values). ROWS is the row count known at compile time (its accumulators stay
@@ -58,6 +94,17 @@ void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int
         for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + c), kc, acc[r]);
       }
       for (int r = 0; r < rows; ++r) scores[r][j] = scale * _mm512_reduce_add_ps(acc[r]);
+      continue;
+    }
+#elif defined(CODECUE_LEAN_AVX2)
+    if (D % 8 == 0) {
+      __m256 acc[kRowsPerBlock];
+      for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t c = 0; c < D; c += 8) {
+        const __m256 kc = _mm256_loadu_ps(k + c);
+        for (int r = 0; r < rows; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + c), kc, acc[r]);
+      }
+      for (int r = 0; r < rows; ++r) scores[r][j] = scale * sum8(acc[r]);
       continue;
     }
 #endif
@@ -160,6 +207,12 @@ void softmax_prefix(float* row, int64_t count) {
   __m512 top16 = _mm512_set1_ps(top);
   for (; j + 16 <= count; j += 16) top16 = _mm512_max_ps(top16, _mm512_loadu_ps(row + j));
   top = _mm512_reduce_max_ps(top16);
+#elif defined(CODECUE_LEAN_AVX2)
+  if (count >= 8) {
+    __m256 top8 = _mm256_set1_ps(top);
+    for (; j + 8 <= count; j += 8) top8 = _mm256_max_ps(top8, _mm256_loadu_ps(row + j));
+    top = max8(top8);
+  }
 #endif
   for (int64_t t = j; t < count; ++t) top = std::max(top, row[t]);
   j = 0;
@@ -179,6 +232,15 @@ void softmax_prefix(float* row, int64_t count) {
     j = count;
   }
   sum = _mm512_reduce_add_ps(sum16);
+#elif defined(CODECUE_LEAN_AVX2)
+  const __m256 shift = _mm256_set1_ps(top);
+  __m256 sum8v = _mm256_setzero_ps();
+  for (; j + 8 <= count; j += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift));
+    _mm256_storeu_ps(row + j, e);
+    sum8v = _mm256_add_ps(sum8v, e);
+  }
+  sum = sum8(sum8v);
 #endif
   for (int64_t t = j; t < count; ++t) {
     row[t] = std::exp(row[t] - top);
@@ -218,6 +280,29 @@ void weigh_values(const float* const* p, int rows, const float* v0, int64_t D, c
       }
       for (int r = 0; r < rows; ++r)
         for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out[r] + c0 + 16 * c, acc[r][c]);
+      continue;
+    }
+#elif defined(CODECUE_LEAN_AVX2)
+    if (width == 64) {
+      for (int64_t c1 = c0; c1 < c0 + 64; c1 += 16) {  // 16 columns x 4 rows: 8 accumulators in registers
+        __m256 acc[kRowsPerBlock][2];
+        for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < last; ++j) {
+          const float* v = v0 + j * D + c1;
+          if (c1 == c0 && j + kAheadRows < last) prefetch_row(v + kAheadRows * D, width);
+          const __m256 va = _mm256_loadu_ps(v), vb = _mm256_loadu_ps(v + 8);
+          for (int r = 0; r < rows; ++r) {
+            if (j >= visible[r]) continue;
+            const __m256 pr = _mm256_set1_ps(p[r][j]);
+            acc[r][0] = _mm256_fmadd_ps(pr, va, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(pr, vb, acc[r][1]);
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          _mm256_storeu_ps(out[r] + c1, acc[r][0]);
+          _mm256_storeu_ps(out[r] + c1 + 8, acc[r][1]);
+        }
+      }
       continue;
     }
 #endif

@@ -1,4 +1,5 @@
-// Weight-only 4-/8-bit linear layer with int8 activations for AVX-512 VNNI (engine/vnni.py builds and calls it).
+// Weight-only 4-/8-bit linear layer with int8 activations for AVX-512 VNNI or AVX2 (engine/vnni.py builds and calls
+// it).
 //
 // Why: on 2 cores the quantized kernels of torch and llama.cpp are compute-bound past one or two tokens a pass
 // (a 9-token verify costs 3-4x a one-token pass), so checking drafts costs almost what decoding them would. Here
@@ -12,20 +13,32 @@
 //   8-bit: [K/4][64], byte 4c+j holds w[c][4o+j] as an unsigned byte.
 // A weight is d*q - m, with q the unsigned stored number; d and m are fp16 [N/16][K/G][16] (one per group of G
 // input columns) or [N/16][16] (per channel), passed as int16 tensors holding the halves' bits, so that a
-// `model.to(dtype)` leaves them alone. (fp32 scales would add half as many bytes again as the 4-bit weights.) Activations are quantized per row and per group of G columns to
-// int8 (scale = max|x|/127), so sum(w*x) over a group = s*(d*dot(q, a) - m*sum(a)).
+// `model.to(dtype)` leaves them alone (fp32 scales would add half as many bytes again as the 4-bit weights).
+// Activations are quantized per row and per group of G columns to int8 (scale = max|x|/127), so sum(w*x) over a
+// group = s*(d*dot(q, a) - m*sum(a)).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
+// One of three paths, as the compiler targets this CPU (-march=native, or $CODECUE_KERNEL_MARCH): AVX-512 VNNI
+// (`vpdpbusd`), AVX2 (`vpmaddubsw` + `vpmaddwd`: the CPUs without AVX-512, where llama.cpp's own kernels verify
+// 9 tokens at ~8x one token's cost), or lane by lane. All three compute the same integer sums and then the same
+// float operations in the same order: their results are bitwise equal (tests/test_engine_vnni.py).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define CODECUE_VNNI 1
+#define CODECUE_AVX2 0
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define CODECUE_VNNI 0
+#define CODECUE_AVX2 1
 #else
 #define CODECUE_VNNI 0
+#define CODECUE_AVX2 0
 #endif
 
 namespace {
@@ -54,6 +67,7 @@ struct Acts {
   const int8_t* q;   // [M][K]
   const float* s1;   // [M][K/G]: the group's scale
   const float* s2;   // [M][K/G]: scale * sum of the group's quantized activations
+  const int32_t* sums;  // [M][K/G]: the sum itself (the AVX2 path's 8-bit weights are taken as q - 128)
   int64_t K, groups;
 };
 
@@ -131,6 +145,108 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (r0 + r) * ldo + b * kBlock, accf[r]);
 }
 
+#endif
+
+#if CODECUE_AVX2
+// The AVX-512 path's sums with 256-bit registers: each 64-byte chunk of a block is two halves of 8 channels.
+// `vpmaddubsw` (u8 x s8, pairs summed into int16) saturates, so the sums are kept below 2^15: 4-bit weights add up
+// 16-bit sums over at most 32 columns (4 x 4 x 15 x 127 = 30,480) before `vpmaddwd` widens them; 8-bit weights
+// (0..255) are taken as q - 128 in s8, multiplied with the sign trick (|w| x a*sign(w), pairs <= 2 x 128 x 127), and
+// 128 x the group's activation sum is added back: dot(q, a) = dot(q - 128, a) + 128 sum(a), the same integer.
+// 16 registers hold the sums of 4 rows x 16 channels with the unpacked weights: rows go 4 at a time over each
+// group's weights (256 bytes for a 4-bit group of 32: still in L1 for the next 4 rows).
+
+// Integer sums of group g for rows r0 .. r0 + N - 1: acc[r][h] for channels 8h .. 8h + 7.
+template <int N, int BITS>
+inline void group_sums(const Weights& w, const Acts& a, const uint8_t* wp, int64_t g, int64_t r0, bool first,
+                       __m256i (&acc)[4][2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t k0 = g * w.G, k1 = k0 + w.G;
+  for (int r = 0; r < N; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  if (BITS == 4) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int64_t k = k0; k < k1; k += 32) {
+      __m256i sums16[4][2];
+      for (int r = 0; r < N; ++r) sums16[r][0] = sums16[r][1] = _mm256_setzero_si256();
+      for (int64_t kk = k; kk < std::min(k + 32, k1); kk += 8) {
+        const uint8_t* chunk = wp + (kk / 8) * 64;
+        if (first) prefetch(chunk);
+        const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
+        const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32));
+        const __m256i lo0 = _mm256_and_si256(c0, low4), hi0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low4);
+        const __m256i lo1 = _mm256_and_si256(c1, low4), hi1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low4);
+        for (int r = 0; r < N; ++r) {
+          const int8_t* ar = a.q + (r0 + r) * a.K + kk;
+          const __m256i b0 = _mm256_set1_epi32(load4(ar)), b1 = _mm256_set1_epi32(load4(ar + 4));
+          sums16[r][0] = _mm256_add_epi16(sums16[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(lo0, b0),
+                                                                         _mm256_maddubs_epi16(hi0, b1)));
+          sums16[r][1] = _mm256_add_epi16(sums16[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(lo1, b0),
+                                                                         _mm256_maddubs_epi16(hi1, b1)));
+        }
+      }
+      for (int r = 0; r < N; ++r)
+        for (int h = 0; h < 2; ++h) acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(sums16[r][h], ones));
+    }
+  } else {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int64_t k = k0; k < k1; k += 4) {
+      const uint8_t* chunk = wp + (k / 4) * 64;
+      if (first) prefetch(chunk);
+      const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk)), flip);
+      const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32)), flip);
+      // |q - 128|: -128 stays 0x80, which is 128 as the unsigned operand
+      const __m256i m0 = _mm256_sign_epi8(w0, w0), m1 = _mm256_sign_epi8(w1, w1);
+      for (int r = 0; r < N; ++r) {
+        const __m256i av = _mm256_set1_epi32(load4(a.q + (r0 + r) * a.K + k));
+        const __m256i p0 = _mm256_maddubs_epi16(m0, _mm256_sign_epi8(av, w0));
+        const __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(av, w1));
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+      }
+    }
+    for (int r = 0; r < N; ++r) {
+      const __m256i back = _mm256_set1_epi32(128 * a.sums[(r0 + r) * a.groups + g]);
+      acc[r][0] = _mm256_add_epi32(acc[r][0], back);
+      acc[r][1] = _mm256_add_epi32(acc[r][1], back);
+    }
+  }
+}
+
+template <int N, int BITS>
+inline void group_rows(const Weights& w, const Acts& a, const uint8_t* wp, int64_t b, int64_t g, int64_t r0,
+                       bool first, __m256 (*accf)[2]) {
+  __m256i acc[4][2];
+  group_sums<N, BITS>(w, a, wp, g, r0, first, acc);
+  for (int h = 0; h < 2; ++h) {
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d_at(b, g) + 8 * h)));
+    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.m_at(b, g) + 8 * h)));
+    for (int r = 0; r < N; ++r) {
+      const int64_t i = (r0 + r) * a.groups + g;
+      const __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(a.s1[i]));
+      const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scale, accf[r][h]);
+      accf[r][h] = _mm256_fnmadd_ps(mv, _mm256_set1_ps(a.s2[i]), f);
+    }
+  }
+}
+
+template <int R, int BITS>
+void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* out, int64_t ldo) {
+  __m256 accf[R][2];
+  for (int r = 0; r < R; ++r) accf[r][0] = accf[r][1] = _mm256_setzero_ps();
+  const uint8_t* wp = w.packed + b * w.block_bytes();
+  for (int64_t g = 0; g < a.groups; ++g) {
+    int q = 0;
+    for (; q + 4 <= R; q += 4) group_rows<4, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    if (R % 4 == 3) group_rows<3, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    if (R % 4 == 2) group_rows<2, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    if (R % 4 == 1) group_rows<1, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + (r0 + r) * ldo + b * kBlock + 8 * h, accf[r][h]);
+}
+#endif
+
+#if CODECUE_VNNI || CODECUE_AVX2
 template <int BITS>
 void block_tile(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows, float* out, int64_t ldo) {
   switch (rows) {
@@ -146,7 +262,7 @@ void block_tile(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows
 }
 #endif
 
-// The same arithmetic one lane at a time, for CPUs without AVX-512 VNNI (tests; the calibration never picks it).
+// The same arithmetic one lane at a time, for CPUs without AVX2 (tests; the calibration never picks it).
 void block_tile_scalar(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows, float* out, int64_t ldo) {
   const uint8_t* wp = w.packed + b * w.block_bytes();
   for (int r = 0; r < rows; ++r) {
@@ -174,7 +290,8 @@ void block_tile_scalar(const Weights& w, const Acts& a, int64_t b, int64_t r0, i
   }
 }
 
-void quantize_rows(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* s1, float* s2) {
+void quantize_rows(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* s1, float* s2,
+                   int32_t* sums) {
   const int64_t groups = K / G;
   for (int64_t r = 0; r < M; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
@@ -192,13 +309,15 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, f
       }
       s1[r * groups + g] = scale;
       s2[r * groups + g] = scale * static_cast<float>(sum);
+      sums[r * groups + g] = sum;
     }
   }
 }
 
 }  // namespace
 
-bool has_vnni() { return CODECUE_VNNI; }
+// The vector path this build runs ("avx512-vnni", "avx2"; "none": lane by lane only).
+std::string simd() { return CODECUE_VNNI ? "avx512-vnni" : CODECUE_AVX2 ? "avx2" : "none"; }
 
 // x: [M, K] (any float dtype); returns [M, N] float32.
 torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, torch::Tensor m, int64_t N,
@@ -213,23 +332,25 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   auto q = torch::empty({M, K}, torch::kInt8);
   auto s1 = torch::empty({M, K / G}, torch::kFloat32);
   auto s2 = torch::empty({M, K / G}, torch::kFloat32);
-  quantize_rows(xf.data_ptr<float>(), M, K, G, q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>());
+  auto sums = torch::empty({M, K / G}, torch::kInt32);
+  quantize_rows(xf.data_ptr<float>(), M, K, G, q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(),
+                sums.data_ptr<int32_t>());
   const int64_t ldo = blocks * kBlock;
   auto out = torch::empty({M, ldo}, torch::kFloat32);
   TORCH_CHECK(d.scalar_type() == torch::kInt16 && m.scalar_type() == torch::kInt16, "d and m must be fp16 bits in int16");
   const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr<int16_t>()),
                   reinterpret_cast<const uint16_t*>(m.data_ptr<int16_t>()), K, G, bits, per_channel};
-  const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), K, K / G};
+  const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), sums.data_ptr<int32_t>(), K, K / G};
   float* o = out.data_ptr<float>();
-  const bool simd = use_simd && CODECUE_VNNI;
+  const bool vector = use_simd && (CODECUE_VNNI || CODECUE_AVX2);
   const int64_t tiles = (M + kMaxRows - 1) / kMaxRows;
   const int64_t per_tile = (M + tiles - 1) / tiles;  // 9 rows: 5 + 4, not 8 + 1
   at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       for (int64_t r0 = 0; r0 < M; r0 += per_tile) {
         const int rows = static_cast<int>(std::min<int64_t>(per_tile, M - r0));
-#if CODECUE_VNNI
-        if (simd) {
+#if CODECUE_VNNI || CODECUE_AVX2
+        if (vector) {
           if (bits == 4) block_tile<4>(w, a, b, r0, rows, o, ldo);
           else block_tile<8>(w, a, b, r0, rows, o, ldo);
           continue;
@@ -252,7 +373,7 @@ torch::Tensor rope_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tenso
 void bind_lean_layer(pybind11::module& mod);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("has_vnni", &has_vnni, "compiled with AVX-512 VNNI");
+  mod.def("simd", &simd, "the vector path compiled in: avx512-vnni, avx2 or none");
   mod.def("linear", &linear, "weight-only 4/8-bit linear with int8 activations");
   mod.def("decode_attention", &decode_attention, "attention of a few query tokens over the KV cache (lean_ops.cpp)");
   mod.def("rms_norm", &rms_norm, "RMSNorm of float32 rows");
