@@ -15,7 +15,7 @@ import torch
 
 from . import calibrate
 from .calibrate import ACTIVATIONS, WIDTHS, Calibration, Measurement, formats_here, machine_key
-from .quant import Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
+from .quant import VNNI_FORMATS, Int8Linear, apply_weight_format, dense_linear_weights, set_prefill_weights
 
 log = logging.getLogger(__name__)
 
@@ -220,11 +220,7 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
             else:
                 best_one = min(best_one, one_token)
                 passes, prefill_ms = time_passes(model, config.vocab_size)
-                dense_tok_s = 0.0
-                if model.calibration_dense:
-                    set_prefill_weights(model, model.calibration_dense)
-                    dense_tok_s = 1000 * PREFILL_TOKENS / time_passes(model, config.vocab_size, (1,))[1]
-                    set_prefill_weights(model, None)
+                dense_tok_s = copy_prefill_tok_s(model, weights, config, prefill_ms)
                 results.append(Measurement(role, weights, act, {w: round(v, 2) for w, v in passes.items()},
                                            round(1000 * PREFILL_TOKENS / prefill_ms, 1), round(dense_tok_s, 1)))
             if progress is not None:
@@ -233,6 +229,28 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
     if rival is not None:
         retime_close_finalists(rival, results, models, config)
     return results
+
+
+def copy_prefill_tok_s(model, weights: str, config, own_prefill_ms: float) -> float:
+    """Prefill tokens/s through the format's copy of its weights (engine/quant.py: dense, or int8 W8A8 for the vnni
+    formats); 0 without one. A W8A8 copy is screened first, as llama.cpp's torch prefill is: where the CPU has no
+    fast int8 matmul (`torch._int_mm` 30-50x slower than fp32 on an AVX2-only Zen 3) timing it would take minutes,
+    and the calibration only needs to know that it loses to the format's own prefill."""
+    from .calibrate_llamacpp import estimated_prefill_s
+
+    if not model.calibration_dense:
+        return 0.0
+    if weights in VNNI_FORMATS:
+        screen_s = estimated_prefill_s(config, PREFILL_TOKENS)
+        if screen_s > 2 * own_prefill_ms / 1000:
+            log.info("%s: w8a8 prefill copy screened out (~%.1f s for %d tokens, its own prefill %.1f s)",
+                     weights, screen_s, PREFILL_TOKENS, own_prefill_ms / 1000)
+            return PREFILL_TOKENS / screen_s
+    set_prefill_weights(model, model.calibration_dense)
+    try:
+        return 1000 * PREFILL_TOKENS / time_passes(model, config.vocab_size, (1,))[1]
+    finally:
+        set_prefill_weights(model, None)
 
 
 def retime_close_finalists(rival: tuple[Measurement, object], results: list[Measurement], models: dict,

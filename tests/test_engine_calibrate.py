@@ -142,6 +142,30 @@ def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch):
     assert len(prefills) == 2 and prefill_ms < 400
 
 
+@pytest.mark.parametrize("screen_s,timed", [(60.0, False), (0.0, True)])
+def test_a_w8a8_prefill_copy_is_screened_before_it_is_timed(monkeypatch, screen_s, timed):
+    """On a CPU without a fast int8 matmul (an AVX2-only Zen 3: `torch._int_mm` 30-50x slower than fp32) timing the
+    vnni formats' W8A8 copy would take minutes: a one-matmul estimate over twice the format's own prefill is
+    recorded instead; otherwise the copy is timed."""
+    from engine import calibrate_llamacpp
+
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: screen_s)
+    copies = []
+    real_set = timing.set_prefill_weights
+    monkeypatch.setattr(timing, "set_prefill_weights",
+                        lambda model, dense: copies.append(dense is not None) or real_set(model, dense))
+    config = tiny_config(384, 2, hidden=64)
+    model = timing.full_depth(timing.formatted(timing.slice_model(config, 2), "vnni"), 2).float()
+    assert model.calibration_dense
+    got = timing.copy_prefill_tok_s(model, "vnni", config, own_prefill_ms=100.0)
+    if timed:
+        assert copies == [True, False] and got > 0
+    else:
+        assert copies == [] and got == pytest.approx(16 / 60.0)
+    assert not any(getattr(mod, "prefill_weight", None) is not None for mod in model.modules())  # copy dropped
+
+
 def test_a_probe_builds_one_layer_with_a_small_head(monkeypatch):
     config = tiny_config(384, 3, hidden=64)
     heads = []
