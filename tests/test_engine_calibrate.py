@@ -118,6 +118,25 @@ def test_formats_far_behind_in_their_probe_are_never_built(monkeypatch):
     assert text.count("one-layer probe") == 3
 
 
+def test_the_best_probe_is_timed_first_so_a_pass_the_probe_misjudged_is_screened(monkeypatch):
+    """Probes within 2x of each other, real passes 3x apart (seen under the AVX2 emulation: vnni4 in bf16): timing
+    the best-probed combination first lets the other's one-token pass screen it before its whole row is timed."""
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr(timing, "probe_formats", lambda *a: {("gguf", "bfloat16"): 12.0, ("gguf", "float32"): 10.0})
+    one_token = {torch.bfloat16: 30.0, torch.float32: 10.0}
+    monkeypatch.setattr(timing, "screen_ms", lambda model, slow_s=None: one_token[model.dtype])
+    timed = []
+    real_time_passes = timing.time_passes
+    monkeypatch.setattr(timing, "time_passes",
+                        lambda model, *a, **k: timed.append(model.dtype) or real_time_passes(model, *a, **k))
+    rows = timing.measure_role("target", tiny_config(384, 2, hidden=64), ("gguf",), ("bfloat16", "float32"))
+    by_act = {r.activations: r for r in rows}
+    assert timed[0] == torch.float32 and torch.bfloat16 not in timed
+    assert by_act["float32"].complete and by_act["bfloat16"].pass_ms == {1: 30.0}
+    assert not by_act["bfloat16"].complete and not by_act["bfloat16"].probe_only
+
+
 def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch):
     """The first prefill at a new width pays first-call costs (oneDNN's: 98 vs 130-138 tok/s on a Zen 4); a prefill
     over the passes' small budget still gets its second call, as llama.cpp's rows do, or torch rows lose prefill

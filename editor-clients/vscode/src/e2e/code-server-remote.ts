@@ -41,14 +41,21 @@ async function slot(): Promise<Slot> {
   return ((await res.json()) as Slot[])[0];
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>): Promise<T> {
-  const deadline = Date.now() + HANG_GUARD_MS;
+// The probe's first truthy value, polled every 50 ms; undefined after timeoutMs.
+async function poll<T>(probe: () => Promise<T | undefined | false>, timeoutMs: number): Promise<T | undefined> {
+  const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${HANG_GUARD_MS / 1000} s waiting for ${what}`);
+    if (Date.now() > deadline) return undefined;
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | false>): Promise<T> {
+  const value = await poll(probe, HANG_GUARD_MS);
+  if (!value) throw new Error(`timed out after ${HANG_GUARD_MS / 1000} s waiting for ${what}`);
+  return value;
 }
 
 function startLlamaServer(logFile: string): ChildProcess {
@@ -140,11 +147,20 @@ async function run(): Promise<void> {
     await page.keyboard.press('ArrowDown');
     await page.keyboard.press('ArrowDown');
     await page.keyboard.press('End');
-    await page.keyboard.press('Enter'); // an indented empty line in the list: a request for a block of rows
-    const busy = await until('llama-server to generate for the request', async () => {
-      const s = await slot();
-      return s.is_processing && s.next_token[0].n_decoded >= 5 && s;
-    });
+    // An indented empty line in the list: a request for a block of rows. An answer that ends within 5 tokens (the
+    // model may close the list) is never seen generating: ask again on a new line, up to 3 times (one CI run of
+    // several timed out here waiting for the first).
+    let seen: Slot | undefined;
+    for (let attempt = 1; attempt <= 3 && !seen; attempt++) {
+      await page.keyboard.press('Enter');
+      seen = await poll(async () => {
+        const s = await slot();
+        return s.is_processing && s.next_token[0].n_decoded >= 5 && s;
+      }, HANG_GUARD_MS / 3);
+      if (!seen) log(`attempt ${attempt}: llama-server not seen generating 5+ tokens; asking again on a new line`);
+    }
+    if (!seen) throw new Error('llama-server was never seen generating for a request, in 3 tries');
+    const busy = seen;
     log(`llama-server task ${busy.id_task} generating (${busy.next_token[0].n_decoded} tokens); typing "3"`);
     await page.keyboard.type('3');
     await until(`llama-server to stop task ${busy.id_task}`, async () => {
