@@ -160,11 +160,12 @@ def formats_here(device: str = "cpu") -> dict[str, tuple[str, ...]]:
             for role, formats in (("target", TARGET_FORMATS), ("draft", DRAFT_FORMATS))}
 
 
-def vnni_path(device: str) -> str | None:
-    """The vector path of the vnni kernel the vnni formats run through here ("avx512-vnni", "avx2"), None without."""
+def vnni_path(formats: dict[str, tuple[str, ...]]) -> str | None:
+    """The vector path of the vnni kernel the vnni formats (formats_here) run through ("avx512-vnni", "avx2"), None
+    without them."""
     from . import vnni
 
-    return vnni.kernel().simd() if "vnni" in formats_here(device)["target"] else None
+    return vnni.kernel().simd() if "vnni" in formats["target"] else None
 
 
 def processor_name(device: str = "cpu") -> str:
@@ -201,11 +202,12 @@ def config_digest(config) -> str:
 
 
 def machine_key(device: str, target_config, draft_config) -> dict:
+    formats = formats_here(device)
     return {"version": VERSION, "device": device, "processor": processor_name(device),
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "formats": formats_here(device),  # a compiler installed later (vnni) is a new table, not a gap in one
-            "vnni_kernel": vnni_path(device),  # its AVX-512 or AVX2 build ($CODECUE_KERNEL_MARCH) times differently
+            "formats": formats,  # a compiler installed later (vnni) is a new table, not a gap in one
+            "vnni_kernel": vnni_path(formats),  # its AVX-512 or AVX2 build ($CODECUE_KERNEL_MARCH) times differently
             "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
 
 

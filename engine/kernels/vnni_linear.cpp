@@ -67,7 +67,7 @@ struct Acts {
   const int8_t* q;   // [M][K]
   const float* s1;   // [M][K/G]: the group's scale
   const float* s2;   // [M][K/G]: scale * sum of the group's quantized activations
-  const int32_t* sums;  // [M][K/G]: the sum itself (the AVX2 path's 8-bit weights are taken as q - 128)
+  const int32_t* sums;  // [M][K/G]: the sum itself, for the AVX2 path's 8-bit weights (taken as q - 128); else null
   int64_t K, groups;
 };
 
@@ -309,7 +309,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, f
       }
       s1[r * groups + g] = scale;
       s2[r * groups + g] = scale * static_cast<float>(sum);
-      sums[r * groups + g] = sum;
+      if (sums != nullptr) sums[r * groups + g] = sum;
     }
   }
 }
@@ -332,15 +332,17 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   auto q = torch::empty({M, K}, torch::kInt8);
   auto s1 = torch::empty({M, K / G}, torch::kFloat32);
   auto s2 = torch::empty({M, K / G}, torch::kFloat32);
-  auto sums = torch::empty({M, K / G}, torch::kInt32);
+  const bool with_sums = CODECUE_AVX2 && bits == 8;  // only the AVX2 path's 8-bit layers read them
+  auto sums = torch::empty({with_sums ? M : 0, K / G}, torch::kInt32);
+  int32_t* sums_p = with_sums ? sums.data_ptr<int32_t>() : nullptr;
   quantize_rows(xf.data_ptr<float>(), M, K, G, q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(),
-                sums.data_ptr<int32_t>());
+                sums_p);
   const int64_t ldo = blocks * kBlock;
   auto out = torch::empty({M, ldo}, torch::kFloat32);
   TORCH_CHECK(d.scalar_type() == torch::kInt16 && m.scalar_type() == torch::kInt16, "d and m must be fp16 bits in int16");
   const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr<int16_t>()),
                   reinterpret_cast<const uint16_t*>(m.data_ptr<int16_t>()), K, G, bits, per_channel};
-  const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), sums.data_ptr<int32_t>(), K, K / G};
+  const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), sums_p, K, K / G};
   float* o = out.data_ptr<float>();
   const bool vector = use_simd && (CODECUE_VNNI || CODECUE_AVX2);
   const int64_t tiles = (M + kMaxRows - 1) / kMaxRows;
