@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
+from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter, extension_lookup
 from .healing import HealingMasks, back_off, token_bytes
 from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
 from .machine_choice import target_prefill_tok_s
@@ -334,7 +334,7 @@ class Engine:
         # Pinned K (adaptive_k=False) drafts exactly K tokens: no early stop on low draft confidence.
         min_confidence = 0.3 if request.adaptive_k else 0.0
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
-                             min_confidence)
+                             min_confidence, extension_lookup(self.workspace))
         if name == "draft":
             return model
         if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself

@@ -2,9 +2,10 @@
 second on this machine, from what a pass costs here and how often this session's drafts have been accepted.
 
 With per-token acceptance α and K drafted tokens, a target pass yields E = (1 − α^(K+1)) / (1 − α) tokens on
-average and costs T_verify(K+1) + K·T_draft. Target alone yields 1 token per T_verify(1). Drafting is chosen only
-when it beats that by a margin, so on a machine where drafting does not pay nothing is drafted (apart from rare,
-ever rarer probes that keep the acceptance estimate honest).
+average and costs T_verify(K+1) + K·T_draft (fewer draft passes where the model's lookup extension fills the
+draft). Target alone yields 1 token per T_verify(1). Drafting is chosen only when it beats that by a margin, so on
+a machine where drafting does not pay nothing is drafted (apart from rare, ever rarer probes that keep the
+acceptance estimate honest).
 
 Pass costs come from a calibration (`PassCosts`, attached to the loaded pair as `pair.costs`) or from a neutral
 guess, and are refined online from the loop's own timings either way.
@@ -31,6 +32,8 @@ class PassCosts:
     in between are interpolated, beyond the largest extrapolated along the last segment.
     draft_ms: the draft model's one-token pass (None: no draft model, or not measured).
     draft_prefill_ms: the draft model's prefill, ms per token (None: not measured).
+    The draft model's K tokens cost 1 + (K − 1)·extra_passes passes: 1 without its lookup extension, less where
+    the extension fills drafts for free (learned online, `observe_extra_passes`).
     The observed_* fields are learned online (exponential moving averages of the loop's own timings); estimates
     prefer them and rescale the prior's shape to them where a width was never seen."""
     verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
@@ -40,6 +43,7 @@ class PassCosts:
     observed_draft: float | None = None
     observed_prefill: float | None = None
     observed_lookup: float | None = None
+    observed_extra_passes: float | None = None
     ema_weight: float = 0.2
     _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
@@ -70,6 +74,11 @@ class PassCosts:
             return self.observed_prefill
         return self.draft_prefill_ms if self.draft_prefill_ms is not None else NEUTRAL_PREFILL_RATIO * self.draft()
 
+    def draft_passes(self, k: int) -> float:
+        """Draft model passes a K-token draft costs."""
+        extra = 1.0 if self.observed_extra_passes is None else self.observed_extra_passes
+        return 1.0 + (k - 1) * extra if k > 0 else 0.0
+
     def lookup(self) -> float:
         return self.observed_lookup if self.observed_lookup is not None else NEUTRAL_LOOKUP_MS
 
@@ -82,6 +91,9 @@ class PassCosts:
 
     def observe_prefill(self, ms_per_token: float) -> None:
         self.observed_prefill = self._ema(self.observed_prefill, ms_per_token)
+
+    def observe_extra_passes(self, ratio: float) -> None:
+        self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)
 
     def observe_lookup(self, ms: float) -> None:
         self.observed_lookup = self._ema(self.observed_lookup, ms)
@@ -122,7 +134,7 @@ def rate(costs: PassCosts, drafter: str, k: int, alpha: dict[str, float], hit: f
     def model(kk: int) -> tuple[float, float]:  # (tokens, ms) of a pass drafted by the model
         tokens = expected_tokens(alpha["draft"], kk)
         catchup_ms = catchup_tokens * costs.prefill() * tokens / max(remaining, 1)
-        return tokens, costs.verify(kk + 1) + kk * costs.draft() + catchup_ms
+        return tokens, costs.verify(kk + 1) + costs.draft_passes(kk) * costs.draft() + catchup_ms
 
     plain = (1.0, costs.verify(1))
     if drafter == "none" or k == 0:
@@ -363,6 +375,9 @@ class GainPolicy:
             steps, step_seconds = steps + 1, step_seconds + draft.catchup_seconds
         if steps:
             self.costs.observe_draft(1000.0 * step_seconds / steps)
+        if draft.source == "draft" and draft.passes and len(draft.tokens) > 1:
+            extra = (draft.passes - 1) / (len(draft.tokens) - 1)
+            self.costs.observe_extra_passes(min(1.0, max(0.0, extra)))
         if drafter in ("lookup", "hybrid"):
             self.costs.observe_lookup(1000.0 * draft.lookup_seconds)
             self._add_hit(draft.source in LOOKUP_SOURCES)

@@ -156,7 +156,7 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         verify_seconds = time.perf_counter() - t0
         controller.report(name, draft, n, verify_seconds)
         label = request.drafter if name == ONE_DRAFTER else name
-        stats.count_pass(label, draft.source, len(draft.tokens), n, verify_seconds)
+        stats.count_pass(label, draft.source, len(draft.tokens), n, verify_seconds, draft.extended)
         if stats.target_passes == 1:
             stats.seconds_first_token, stats.first_pass_tokens = time.perf_counter() - started, n + 1
 

@@ -88,15 +88,20 @@ class CompletionStats:
     drafted_by_source: dict[str, int] = field(default_factory=dict)  # "draft", "prompt", "workspace", "history"
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 
-    def count_pass(self, drafter: str, source: str, drafted: int, accepted: int, verify_seconds: float) -> None:
+    def count_pass(self, drafter: str, source: str, drafted: int, accepted: int, verify_seconds: float,
+                   extended: int = 0) -> None:
+        """extended: the last of the drafted tokens came from the draft model's lookup extension (counted apart, as
+        source "extension")."""
         self.target_passes += 1
         self.seconds_verify += verify_seconds
         self.drafted += drafted
         self.accepted += accepted
         self.passes_by_drafter[drafter] = self.passes_by_drafter.get(drafter, 0) + 1
-        if drafted:
-            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + drafted
-            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
+        own = drafted - extended
+        for name, tried, kept in ((source, own, min(accepted, own)), ("extension", extended, max(accepted - own, 0))):
+            if tried:
+                self.drafted_by_source[name] = self.drafted_by_source.get(name, 0) + tried
+                self.accepted_by_source[name] = self.accepted_by_source.get(name, 0) + kept
 
     @property
     def mean_accepted(self) -> float:

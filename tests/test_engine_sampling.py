@@ -20,6 +20,7 @@ from engine.testing import build_tiny_model
 VOCAB = 6
 SAMPLES = 2500
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats, so the lookup drafter proposes too
+EXTENDED: dict[str, int] = {}  # extension tokens drafted, by drafter kind
 
 
 @pytest.fixture(scope="module")
@@ -29,28 +30,34 @@ def models():
 
 
 @torch.inference_mode()
-def exact_joint(target, temperature, top_p) -> dict[tuple[int, int], float]:
+def exact_joint(target, temperature, top_p, length: int = 2) -> dict[tuple[int, ...], float]:
     def next_probs(ids):
         return warp(target(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1], temperature, top_p)
 
-    first = next_probs(PROMPT)
-    return {(a, b): float(first[a]) * float(p_b)
-            for a in range(VOCAB) for b, p_b in enumerate(next_probs(PROMPT + [a]))}
+    joint = {(): 1.0}
+    for _ in range(length):
+        joint = {seq + (token,): p_seq * float(p_token) for seq, p_seq in joint.items()
+                 for token, p_token in enumerate(next_probs(PROMPT + list(seq)))}
+    return joint
 
 
 @torch.inference_mode()
-def sampled_counts(target, draft, drafter_kind, temperature, top_p) -> dict[tuple[int, int], int]:
+def sampled_counts(target, draft, drafter_kind, temperature, top_p, length: int = 2) -> dict[tuple[int, ...], int]:
     counts: dict[tuple[int, int], int] = {}
     target_cache, draft_cache = TrackedCache(target), TrackedCache(draft)
     for seed in range(SAMPLES):
-        request = CompletionRequest(PROMPT, max_new_tokens=2, temperature=temperature, top_p=top_p, seed=seed)
-        if drafter_kind == "draft":
+        request = CompletionRequest(PROMPT, max_new_tokens=length, temperature=temperature, top_p=top_p, seed=seed)
+        if drafter_kind in ("draft", "extended"):
+            # extended: after each sampled draft token, a 2-token match in the repeating prompt appends what
+            # followed it, deterministically (q one-hot there).
+            extend = LookupDrafter(max_ngram=2, min_ngram=2) if drafter_kind == "extended" else None
             drafter = ModelDrafter(draft, draft_cache, temperature, top_p,
-                                   torch.Generator().manual_seed(10**6 + seed), min_confidence=0.0)
+                                   torch.Generator().manual_seed(10**6 + seed), min_confidence=0.0, extend=extend)
         else:
             drafter = LookupDrafter(max_ngram=3, min_ngram=1)
         result = generate(target_cache, drafter, SpeculationController(max_k=3, adaptive=False), request,
                           lambda ids: "", stop_token_ids=set())
+        EXTENDED[drafter_kind] = EXTENDED.get(drafter_kind, 0) + result.stats.drafted_by_source.get("extension", 0)
         key = tuple(result.token_ids)
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -76,12 +83,16 @@ def chi_square(counts, probs) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("drafter_kind,temperature,top_p", [("draft", 1.0, 1.0), ("draft", 0.7, 0.9),
-                                                            ("lookup", 1.0, 1.0)])
+                                                            ("lookup", 1.0, 1.0), ("extended", 1.0, 1.0)])
 def test_speculative_sampling_matches_the_target_distribution(models, drafter_kind, temperature, top_p):
     target, draft = models
-    probs = exact_joint(target, temperature, top_p)
-    counts = sampled_counts(target, draft, drafter_kind, temperature, top_p)
+    # Three tokens for the extension: K = 2 leaves room for one model token and one from the lookup.
+    length = 3 if drafter_kind == "extended" else 2
+    probs = exact_joint(target, temperature, top_p, length)
+    counts = sampled_counts(target, draft, drafter_kind, temperature, top_p, length)
     assert sum(counts.values()) == SAMPLES
+    if drafter_kind == "extended":
+        assert EXTENDED["extended"] > SAMPLES // 10
     stat, critical = chi_square(counts, probs)
     assert stat < critical, (stat, critical)
 
