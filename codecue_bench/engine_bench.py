@@ -23,11 +23,14 @@ from . import llama_cpp
 # (engine/torch_prefill.py): the previous default, for the ratio.
 MODES = ["target", "auto", "speculative", "lookup", "hybrid", "hf_assisted", "llama_cpp"]
 DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid",
-                   "auto_llamacpp_prefill": "auto", "target_transformers": "none", "auto_transformers": "auto"}
+                   "auto_llamacpp_prefill": "auto", "target_transformers": "none", "auto_transformers": "auto",
+                   "speculative_unextended": "draft", "auto_unextended": "auto"}
 NO_TORCH_PREFILL = ("auto_llamacpp_prefill",)
 # Short passes through transformers' forward instead of engine/lean_step.py (CODECUE_LEAN=0 for the call).
 NO_LEAN = ("target_transformers", "auto_transformers")
-NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted")
+# The draft model without its lookup extension (CODECUE_DRAFT_EXTENSION=0 for the call).
+UNEXTENDED = ("speculative_unextended", "auto_unextended")
+NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted", "speculative_unextended")
 LLAMA_MODES = ("llama_cpp", "llama_cpp_draft")
 
 
@@ -85,7 +88,7 @@ def pick_modes(args, pair) -> list[str]:
     else, so they are left out or refused."""
     if args.modes:
         modes = args.modes.split(",")
-        known = MODES + list(LLAMA_MODES) + [V1_MODE] + list(NO_TORCH_PREFILL) + list(NO_LEAN)
+        known = MODES + list(LLAMA_MODES) + [V1_MODE] + list(NO_TORCH_PREFILL) + list(NO_LEAN) + list(UNEXTENDED)
         unknown = [m for m in modes if m not in known]
         if unknown:
             raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -204,7 +207,8 @@ def bench_engine(args) -> dict:
     modes = pick_modes(args, pair)
     stop_ids = sorted(engine.stop_token_ids)
     totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": [],
-                  "prefill": 0.0, "draft": 0.0, "decode_s": 0.0, "decode_tokens": 0, "split": True} for m in modes}
+                  "prefill": 0.0, "draft": 0.0, "decode_s": 0.0, "decode_tokens": 0, "split": True,
+                  "extension": 0, "extension_kept": 0} for m in modes}
     rows = []
     with contextlib.ExitStack() as stack:  # llama-servers we start are always stopped, whatever happens
         clients = {m: start_llama(stack, m, args, pair) for m in modes if m in LLAMA_MODES}
@@ -221,6 +225,9 @@ def bench_engine(args) -> dict:
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             if mode in NO_LEAN:
                 with mock.patch.dict(os.environ, CODECUE_LEAN="0"):
+                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
+            if mode in UNEXTENDED:
+                with mock.patch.dict(os.environ, CODECUE_DRAFT_EXTENSION="0"):
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 
@@ -250,6 +257,8 @@ def bench_engine(args) -> dict:
                     t["accepted"] += run.stats.accepted
                     t["drafted"] += run.stats.drafted
                     t["draft"] += run.stats.seconds_draft
+                    t["extension"] += run.stats.drafted_by_source.get("extension", 0)
+                    t["extension_kept"] += run.stats.accepted_by_source.get("extension", 0)
                 same = None if reference is None or mode == "target" else run.tokens == reference
                 if same is not None:
                     t["identical"].append(same)
@@ -288,6 +297,8 @@ def bench_engine(args) -> dict:
             "seconds_decode": t["decode_s"] if t["split"] else None,
             "seconds_prefill": t["prefill"] if t["split"] else None, "seconds_drafting": t["draft"],
             "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
+            # Drafted tokens the draft model's lookup extension added, and of those accepted.
+            "extension_drafted": t["extension"], "extension_accepted": t["extension_kept"],
             # llama.cpp computes in Q4_K_M, CodeCue in its own format: equal output is not expected there.
             # None: not compared (no target-alone run, or this is target alone).
             "identical_to_target": all(t["identical"]) if t["identical"] else None}

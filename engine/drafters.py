@@ -10,6 +10,7 @@ let the policy learn what drafting costs on this machine.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -155,6 +156,11 @@ class ModelDrafter:
                     break
             pending = [token]
         return draft
+
+
+def extension_wanted() -> bool:
+    """CODECUE_DRAFT_EXTENSION=0 drafts with the model alone (benchmarks compare the two)."""
+    return os.environ.get("CODECUE_DRAFT_EXTENSION", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def extension_lookup(index=None) -> LookupDrafter:

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter, extension_lookup
+from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter, extension_lookup, extension_wanted
 from .healing import HealingMasks, back_off, token_bytes
 from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
 from .machine_choice import target_prefill_tok_s
@@ -333,8 +333,9 @@ class Engine:
         generator = torch.Generator().manual_seed(request.seed + 1) if request.seed is not None else None
         # Pinned K (adaptive_k=False) drafts exactly K tokens: no early stop on low draft confidence.
         min_confidence = 0.3 if request.adaptive_k else 0.0
+        extend = extension_lookup(self.workspace) if extension_wanted() else None
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
-                             min_confidence, extension_lookup(self.workspace))
+                             min_confidence, extend)
         if name == "draft":
             return model
         if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself

@@ -74,6 +74,27 @@ def test_bench_engine_report_on_the_tiny_pair(tmp_path, monkeypatch, tiny_pair_e
     assert [r["name"] for r in report["per_prompt"]] == ["add", "rep"]
 
 
+def test_unextended_modes_draft_without_the_lookup_extension(tmp_path, monkeypatch, tiny_pair_env):
+    import engine.engine
+
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    built = []
+    real = engine.engine.extension_lookup
+    monkeypatch.setattr(engine.engine, "extension_lookup", lambda index=None: built.append(1) or real(index))
+    out = tmp_path / "report.json"
+    for modes, extended in (("target,speculative_unextended,auto_unextended", False), ("target,speculative", True)):
+        built.clear()
+        assert main(["engine", "--pair", "tiny", "--prompts", str(write_prompts(tmp_path)), "--max-new-tokens", "8",
+                     "--modes", modes, "--json", str(out)]) == 0
+        report = json.loads(out.read_text())
+        assert list(report["modes"]) == modes.split(",")
+        assert all(m["identical_to_target"] for name, m in report["modes"].items() if name != "target")
+        assert bool(built) == extended, modes
+        if not extended:
+            assert [report["modes"][m]["extension_drafted"] for m in modes.split(",")] == [0, 0, 0]
+
+
 def test_identical_to_target_is_compared_only_against_a_real_target_run(tmp_path, monkeypatch, capsys,
                                                                         tiny_pair_env):
     from codecue_bench import engine_bench

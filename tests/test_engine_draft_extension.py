@@ -89,6 +89,21 @@ def test_extended_drafts_equal_target_alone(drafter, truth):
                 assert kept == (stats.drafted_by_source["extension"] if truth == "right" else 0), seed
 
 
+def test_codecue_draft_extension_0_drafts_with_the_model_alone(monkeypatch):
+    engine = tiny_engine("same")
+    prompt = random_prompt(2)
+    ref = reference_greedy(tiny_model(2, 0), prompt, MAX_NEW)
+    engine.workspace.add("file:///other.py", prompt[-10:] + ref)
+    extended = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("CODECUE_DRAFT_EXTENSION", setting)
+        result = engine.complete(CompletionRequest(prompt, MAX_NEW, drafter="draft", max_draft_tokens=8,
+                                                   adaptive_k=False))
+        assert result.token_ids == ref
+        extended[setting] = result.stats.drafted_by_source.get("extension", 0)
+    assert extended["1"] > 0 and extended["0"] == 0
+
+
 def test_stats_count_extension_tokens_apart():
     from engine.types import CompletionStats
 
