@@ -37,7 +37,9 @@ class Draft:
 
     def cut(self, n: int) -> "Draft":
         """Keep the first n drafted tokens (a draft's prefix is still a valid draft)."""
+        own = len(self.tokens) - self.extended
         self.tokens, self.probs = self.tokens[:n], self.probs[:n]
+        self.extended = max(0, len(self.tokens) - own)
         return self
 
 

@@ -263,7 +263,7 @@ class GainPolicy:
         self.shared = shared
         optimistic = [2 * seed_alpha, 2.0]
         self.trials = {s: shared.seed(s, optimistic) if shared else list(optimistic)  # [accepted, tried]
-                       for s in ("draft", "lookup", *LOOKUP_SOURCES)}
+                       for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES)}
         # Decaying count of lookup calls that found a match, of calls.
         self.hits = ([shared.hits[0] / shared.hits[1], 1.0] if shared and shared.hits[1] >= shared.min_tried
                      else [0.5, 1.0])
@@ -358,13 +358,29 @@ class GainPolicy:
 
     def review(self, draft):
         """Cut a lookup draft to the length its own source's acceptance pays for (at least one token: the
-        source's acceptance must keep being measured; the drafter choice itself already paid off on average)."""
+        source's acceptance must keep being measured; the drafter choice itself already paid off on average). A
+        model draft's lookup extension is cut the same way, to none at all where it has been wrong."""
+        if draft.extended:
+            return self._review_extension(draft)
         if draft.source not in LOOKUP_SOURCES or len(draft.tokens) <= 1:
             return draft
         alpha = self.alpha(draft.source)
         best = max(range(1, len(draft.tokens) + 1),
                    key=lambda k: expected_tokens(alpha, k) / self.costs.verify(k + 1))
         return draft.cut(best)
+
+    def _review_extension(self, draft):
+        """Keep e of the extension's tokens where that gives the most tokens per ms: the model's m tokens yield
+        E(α_draft, m); only when all m are accepted (α_draft^m) do the extension's tokens count. The draft
+        passes are spent either way, but belong in the rate."""
+        m = len(draft.tokens) - draft.extended
+        alpha_model, alpha_ext = self.alpha("draft"), self.alpha("extension")
+        spent = draft.passes * self.costs.draft()
+
+        def rate(e: int) -> float:
+            tokens = expected_tokens(alpha_model, m) + alpha_model ** m * (expected_tokens(alpha_ext, e) - 1.0)
+            return tokens / (spent + self.costs.verify(m + e + 1))
+        return draft.cut(m + max(range(draft.extended + 1), key=rate))
 
     def report(self, drafter: str, draft, accepted: int, verify_seconds: float) -> None:
         self.costs.observe_verify(len(draft.tokens) + 1, 1000.0 * verify_seconds)
@@ -383,3 +399,7 @@ class GainPolicy:
             self._add_hit(draft.source in LOOKUP_SOURCES)
         if draft.tokens:
             self._add_trials(draft.source, accepted, accepted + (accepted < len(draft.tokens)))
+        own = len(draft.tokens) - draft.extended
+        if draft.extended and accepted >= own:  # the extension was reached: its own trials
+            kept = accepted - own
+            self._add_trials("extension", kept, kept + (kept < draft.extended))

@@ -132,3 +132,25 @@ def test_the_policy_learns_the_passes_an_extension_saves():
     with_extension = best_choice(costs, ("none", "draft"), 8, alpha, 0.0)
     assert with_extension.drafter == "draft" and with_extension.k > without.k
     assert with_extension.rate > without.rate
+
+
+@pytest.mark.parametrize("extension_right,kept", [(True, 6), (False, 0)])
+def test_auto_cuts_an_extension_that_has_been_wrong(extension_right, kept):
+    from engine.policy import GainPolicy
+
+    costs = PassCosts(verify_ms={1: 40.0, 2: 42.0, 4: 50.0, 8: 80.0, 16: 160.0}, draft_ms=14.0)
+    policy = GainPolicy(costs, ("none", "draft"))
+    for _ in range(30):  # 2 model tokens, both right; then the extension's 6: all right, or the first wrong
+        draft = Draft(tokens=[1] * 8, probs=[None] * 8, source="draft", passes=2, extended=6)
+        policy.report("draft", draft, 8 if extension_right else 2, 0.08)
+    assert policy.alpha("extension") == (pytest.approx(1.0, abs=0.01) if extension_right else pytest.approx(0, abs=0.01))
+    reviewed = policy.review(Draft(tokens=list(range(8)), probs=[None] * 8, source="draft", passes=2, extended=6))
+    assert reviewed.tokens == list(range(2 + kept)) and reviewed.extended == kept
+    # A draft the model alone wrote is left alone.
+    alone = policy.review(Draft(tokens=list(range(5)), probs=[None] * 5, source="draft", passes=5))
+    assert alone.tokens == list(range(5))
+
+
+def test_cutting_a_draft_keeps_the_count_of_extension_tokens():
+    draft = Draft(tokens=list(range(8)), probs=[None] * 8, source="draft", passes=3, extended=5)
+    assert draft.cut(6).extended == 3 and draft.cut(2).extended == 0 and draft.tokens == [0, 1]
