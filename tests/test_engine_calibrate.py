@@ -137,6 +137,35 @@ def test_the_best_probe_is_timed_first_so_a_pass_the_probe_misjudged_is_screened
     assert not by_act["bfloat16"].complete and not by_act["bfloat16"].probe_only
 
 
+@pytest.mark.parametrize("bf16_ms,timed_in_full", [(16.0, False), (14.0, True)])
+def test_the_same_weights_in_another_dtype_are_screened_at_one_and_a_half(monkeypatch, bf16_ms, timed_in_full):
+    """fp32 timed first (10 ms one token): bf16 of the same weights at 16 ms (1.6x) is recorded from its one-token
+    pass alone, at 14 ms (1.4x) timed in full. A format of other weights is still screened at 2x the best."""
+    monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
+    monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
+    monkeypatch.setattr(timing, "probe_formats", lambda *a: {("gguf", "float32"): 10.0, ("gguf", "bfloat16"): 11.0,
+                                                            ("int8", "float32"): 12.0, ("int8", "bfloat16"): 13.0})
+    one_token = {("gguf", torch.float32): 10.0, ("gguf", torch.bfloat16): bf16_ms, ("int8", torch.float32): 18.0,
+                 ("int8", torch.bfloat16): 19.0}
+    monkeypatch.setattr(timing, "screen_ms", lambda model, slow_s=None: one_token[(model.codecue_weights,
+                                                                                    model.dtype)])
+    real_formatted = timing.formatted
+
+    def formatted(base, weights):
+        model = real_formatted(base, weights)
+        model.codecue_weights = weights
+        return model
+    monkeypatch.setattr(timing, "formatted", formatted)
+    rows = timing.measure_role("target", tiny_config(384, 2, hidden=64), ("gguf", "int8"), ("bfloat16", "float32"))
+    by_key = {(r.weights, r.activations): r for r in rows}
+    assert by_key[("gguf", "float32")].complete
+    assert by_key[("gguf", "bfloat16")].complete == timed_in_full
+    if not timed_in_full:
+        assert by_key[("gguf", "bfloat16")].pass_ms == {1: bf16_ms}
+    # int8: 1.8x the best one-token pass, its own first dtype: timed in full; its bf16 at 19 ms is within 1.5x of it.
+    assert by_key[("int8", "float32")].complete and by_key[("int8", "bfloat16")].complete
+
+
 def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch):
     """The first prefill at a new width pays first-call costs (oneDNN's: 98 vs 130-138 tok/s on a Zen 4); a prefill
     over the passes' small budget still gets its second call, as llama.cpp's rows do, or torch rows lose prefill
