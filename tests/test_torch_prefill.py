@@ -286,10 +286,10 @@ def test_a_torch_prefill_far_slower_here_is_screened_not_timed(target, monkeypat
     assert row.prefill_torch_from == 0 and 0 < row.prefill_torch_tok_s < 1 and not row.prefill_torch
 
 
-@pytest.mark.parametrize("estimate_s,timed", [(0.9, False), (0.7, True)])
+@pytest.mark.parametrize("estimate_s,timed", [(0.75, False), (0.6, True)])
 def test_the_handover_is_timed_only_where_the_estimate_promises_a_gain(target, monkeypatch, estimate_s, timed):
-    """llama.cpp's own prefill of the 96 tokens takes 1 s here: an estimate of 0.9 s (optimistic, and within 1.25x)
-    is recorded without timing (under the AVX2 emulation that timing took 24 s to find torch slower); 0.7 s is timed."""
+    """llama.cpp's own prefill of the 96 tokens takes 1 s here: an estimate of 0.75 s (optimistic, and within 1.4x)
+    is recorded without timing (under the AVX2 emulation that timing took 24 s to find no gain); 0.6 s is timed."""
     monkeypatch.setattr(calibrate_llamacpp, "best_prefill_s", lambda cache, tokens, **k: len(tokens) / 96)
     monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: estimate_s * tokens / 96)
     calls = []
@@ -303,7 +303,7 @@ def test_the_handover_is_timed_only_where_the_estimate_promises_a_gain(target, m
     if timed:
         assert calls == [(48, 96)] and row.prefill_torch_tok_s == pytest.approx(192.0)
     else:
-        assert row.prefill_torch_tok_s == pytest.approx(96 / 0.9, abs=0.01) and row.prefill_torch_from == 0
+        assert row.prefill_torch_tok_s == pytest.approx(96 / 0.75, abs=0.01) and row.prefill_torch_from == 0
         assert not row.prefill_torch
 
 
