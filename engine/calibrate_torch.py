@@ -225,7 +225,8 @@ def measure_role(role: str, config, formats, activations, progress=None, screen:
             models[weights] = full_depth(formatted(base, weights), config.num_hidden_layers)
         model = models[weights].to(getattr(torch, act))
         one_token = screen_ms(model)
-        if one_token > screen * best_one or one_token > same_weights_screen * best_of_weights.get(weights, float("inf")):
+        same_weights_best = best_of_weights.get(weights, float("inf"))
+        if one_token > screen * best_one or one_token > same_weights_screen * same_weights_best:
             results.append(Measurement(role, weights, act, {1: round(one_token, 2)}, 0.0))
         else:
             best_one = min(best_one, one_token)

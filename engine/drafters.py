@@ -35,9 +35,14 @@ class Draft:
     lookup_seconds: float = 0.0
     extended: int = 0  # of the tokens, how many the model's lookup extension added (the last ones)
 
+    @property
+    def own(self) -> int:
+        """Tokens the drafter itself proposed (the draft model's, before its lookup extension)."""
+        return len(self.tokens) - self.extended
+
     def cut(self, n: int) -> "Draft":
         """Keep the first n drafted tokens (a draft's prefix is still a valid draft)."""
-        own = len(self.tokens) - self.extended
+        own = self.own
         self.tokens, self.probs = self.tokens[:n], self.probs[:n]
         self.extended = max(0, len(self.tokens) - own)
         return self

@@ -373,7 +373,7 @@ class GainPolicy:
         """Keep e of the extension's tokens where that gives the most tokens per ms: the model's m tokens yield
         E(α_draft, m); only when all m are accepted (α_draft^m) do the extension's tokens count. The draft
         passes are spent either way, but belong in the rate."""
-        m = len(draft.tokens) - draft.extended
+        m = draft.own
         alpha_model, alpha_ext = self.alpha("draft"), self.alpha("extension")
         spent = draft.passes * self.costs.draft()
 
@@ -399,7 +399,6 @@ class GainPolicy:
             self._add_hit(draft.source in LOOKUP_SOURCES)
         if draft.tokens:
             self._add_trials(draft.source, accepted, accepted + (accepted < len(draft.tokens)))
-        own = len(draft.tokens) - draft.extended
-        if draft.extended and accepted >= own:  # the extension was reached: its own trials
-            kept = accepted - own
+        if draft.extended and accepted >= draft.own:  # the extension was reached: its own trials
+            kept = accepted - draft.own
             self._add_trials("extension", kept, kept + (kept < draft.extended))
