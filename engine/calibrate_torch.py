@@ -102,19 +102,23 @@ def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
 
     context = CONTEXT_TOKENS if context is None else context
     cache, ids = warm_cache(model, vocab, max(context, PREFILL_TOKENS) + max(widths))
-    prefill_ms = 0.0
+    prefill_ms = best_prefill_ms(cache, ids) if prefill else 0.0
     with torch.inference_mode():
-        if prefill:
-            def run_prefill():
-                cache.truncate(0)
-                cache.forward(ids[:PREFILL_TOKENS], logits="none")
-            # Best of 2 unless the first took over PREFILL_SECOND_CALL_S, as llama.cpp's rows are timed: the
-            # first prefill at a new width pays oneDNN's first-call costs (98 vs 130-138 tok/s for the 1.5B's W8A8
-            # prefill on a Zen 4), and with a one-call budget the torch rows lost prefill speed llama.cpp's kept.
-            prefill_ms = best_ms(run_prefill, reps=2, budget_s=PREFILL_SECOND_CALL_S)
         fill_context(cache, ids[:context])
     timer = PassTimer(cache, ids, context)
     return {n: best_ms(lambda n=n: timer.pass_ms(n)) for n in widths}, prefill_ms
+
+
+def best_prefill_ms(cache, ids: list[int]) -> float:
+    """ms to prefill PREFILL_TOKENS of ids from an empty cache: best of 2 unless the first took over
+    PREFILL_SECOND_CALL_S, as llama.cpp's rows are timed. The first prefill at a new width pays oneDNN's first-call
+    costs (98 vs 130-138 tok/s for the 1.5B's W8A8 prefill on a Zen 4), and with a one-call budget the torch rows
+    lost prefill speed llama.cpp's kept."""
+    def run_prefill():
+        cache.truncate(0)
+        cache.forward(ids[:PREFILL_TOKENS], logits="none")
+    with torch.inference_mode():
+        return best_ms(run_prefill, reps=2, budget_s=PREFILL_SECOND_CALL_S)
 
 
 def pass_timer(model, vocab: int):
@@ -260,7 +264,7 @@ def copy_prefill_tok_s(model, weights: str, config, own_prefill_ms: float) -> fl
             return PREFILL_TOKENS / screen_s
     set_prefill_weights(model, model.calibration_dense)
     try:
-        return 1000 * PREFILL_TOKENS / time_passes(model, config.vocab_size, (1,))[1]
+        return 1000 * PREFILL_TOKENS / best_prefill_ms(*warm_cache(model, config.vocab_size, PREFILL_TOKENS))
     finally:
         set_prefill_weights(model, None)
 
