@@ -18,7 +18,11 @@ from .calibrate import WIDTHS, Measurement
 log = logging.getLogger(__name__)
 
 FINALIST_RATIO = 1.5  # one-token passes further apart than this are not close calls: no re-timing
-ROUNDS = 5  # each width of each finalist: the best of this many calls, interleaved with the rival's
+ROUNDS = 5  # each width of each finalist: the best of this many calls, interleaved with the rival's...
+# ... or of this many where, by then, one is over FINALIST_RATIO ahead at that width: the order there is not a close
+# call, and under the AVX2 emulation the verify widths (4-16 tokens: llama.cpp 2.5-3x the vnni kernel's cost)
+# were most of the 9-11 s the retiming took.
+MIN_ROUNDS = 2
 
 
 class PassTimer:
@@ -55,8 +59,9 @@ def rival_in_reach(rival: Measurement, rows: list[Measurement], ratio: float | N
 
 
 def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS, rounds: int | None = None) -> None:
-    """Each finalist's pass over each width, the best of `rounds` calls, taken in turn with the others' calls of the
-    same width; the rows' pass_ms are replaced by these figures and marked side_by_side."""
+    """Each finalist's pass over each width, the best of `rounds` calls (MIN_ROUNDS where one is clearly ahead at
+    that width), taken in turn with the others' calls of the same width; the rows' pass_ms are replaced by these
+    figures and marked side_by_side."""
     rounds = ROUNDS if rounds is None else rounds
     best = [dict.fromkeys(widths, float("inf")) for _ in finalists]
     for width in widths:
@@ -65,6 +70,9 @@ def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS
             order = range(len(finalists)) if turn % 2 == 0 else reversed(range(len(finalists)))
             for i in order:
                 best[i][width] = min(best[i][width], finalists[i][1].pass_ms(width))
+            figures = [times[width] for times in best]
+            if turn + 1 >= MIN_ROUNDS and max(figures) > FINALIST_RATIO * min(figures):
+                break
     for (row, _), times in zip(finalists, best):
         log.info("side by side: %s %s/%s one-token pass %.1f -> %.1f ms", row.role, row.weights, row.activations,
                  row.pass_ms[1], times[widths[0]])

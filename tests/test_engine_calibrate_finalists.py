@@ -74,6 +74,30 @@ def test_side_by_side_gives_both_finalists_the_same_minutes():
     assert vnni.pass_ms[WIDTHS[-1]] == 40.0 * WIDTHS[-1] and llama.pass_ms[WIDTHS[-1]] == 45.0 * WIDTHS[-1]
 
 
+class WidthCosts:
+    """A pass costs a fixed figure per width; records the widths it was timed at."""
+
+    def __init__(self, ms: dict[int, float]):
+        self.ms, self.widths = ms, []
+
+    def pass_ms(self, width: int) -> float:
+        self.widths.append(width)
+        return self.ms[width]
+
+
+def test_a_width_where_one_finalist_is_clearly_ahead_stops_after_two_rounds():
+    """Close at 1 and 2 tokens (every round), llama.cpp 2.5x the vnni kernel from 4 tokens on (as under the AVX2
+    emulation): those widths need no five rounds to tell, and took most of the retiming's 9-11 s."""
+    llama_ms = {1: 42.0, 2: 76.0, 4: 160.0, 8: 375.0, 16: 650.0}
+    vnni_ms = {1: 40.0, 2: 60.0, 4: 64.0, 8: 150.0, 16: 260.0}
+    llama, vnni = WidthCosts(llama_ms), WidthCosts(vnni_ms)
+    rows = [row("llamacpp", 46.0), row("vnni", 50.0)]
+    time_side_by_side([(rows[0], llama), (rows[1], vnni)], rounds=5)
+    for timer in (llama, vnni):
+        assert [timer.widths.count(w) for w in WIDTHS] == [5, 5, 2, 2, 2]
+    assert rows[0].pass_ms == llama_ms and rows[1].pass_ms == vnni_ms
+
+
 class RecordingRival:
     def __init__(self, ms: float):
         self.ms, self.widths = ms, []
