@@ -32,7 +32,20 @@ def cmd_fetch(args) -> int:
         if stages:
             print(f"{name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()), file=sys.stderr)
     print(f"pair {args.pair}: ready ({time.perf_counter() - t0:.1f} s)")
+    print(build_kernel(), file=sys.stderr)
     return 0
+
+
+def build_kernel() -> str:
+    """Compile the vnni kernel at set-up where this CPU is offered it (engine/vnni.py): otherwise the first load's
+    calibration waits for the compiler (40-55 s on 2 cores), on top of its own 75-95 s. A failed build is no error
+    here: the vnni formats are then not offered, and the calibration times the others."""
+    from . import vnni
+
+    started = time.perf_counter()
+    if not vnni.offered():
+        return "vnni kernel: not offered on this CPU (no AVX-512 VNNI or AVX2, or no compiler): other formats are timed"
+    return f"vnni kernel ({vnni.kernel().simd()}): ready ({time.perf_counter() - started:.1f} s)"
 
 
 def cmd_list(args) -> int:

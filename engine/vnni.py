@@ -7,8 +7,9 @@ unpacks each block of 16 output channels once and multiplies it into every token
 activations quantized to int8 per group of input columns (like llama.cpp's Q8_K). A row's result does not depend
 on the other rows of the pass: a verify pass computes each token exactly as a one-token pass does.
 
-The kernel is compiled on first use for this CPU (`-march=native`, torch's C++ extension build, ~40 s on 2 cores)
-and cached under $CODECUE_HOME/extensions (or $CODECUE_EXTENSIONS). Without AVX-512 VNNI it runs the same sums
+The kernel is compiled for this CPU (`-march=native`, torch's C++ extension build, 40-55 s on 2 cores) at set-up by
+`codecue-models fetch` (models_cli.build_kernel), or else on first use, and cached under $CODECUE_HOME/extensions
+(or $CODECUE_EXTENSIONS). Without AVX-512 VNNI it runs the same sums
 through AVX2 (`vpmaddubsw`), bitwise the same results; where the compiler targets neither the formats are not
 offered (`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
 """
