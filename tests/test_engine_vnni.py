@@ -20,14 +20,24 @@ def gguf_model(tmp_path_factory):
     return path, write_gguf(path, tiny_qwen(), np.random.default_rng(0))
 
 
-def int4_layer(n: int, k: int, seed: int = 0):
-    """A random int4 group-32 layer and its float weights w = scale·q − min."""
+def int4_layer(n: int, k: int, seed: int = 0, group: int = 32):
+    """A random int4 layer (group 32: a Q4_K sub-block) and its float weights w = scale·q − min."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randint(0, 16, (n, k), generator=g)
-    scale = torch.rand(n, k // 32, generator=g) * 0.02 + 0.001
-    minimum = torch.rand(n, k // 32, generator=g) * 0.1
-    weight = (q.float().reshape(n, k // 32, 32) * scale[..., None] - minimum[..., None]).reshape(n, k)
-    return vnni.VnniLinear.from_int4(q, scale, minimum, 32, None, torch.float32), weight
+    scale = torch.rand(n, k // group, generator=g) * 0.02 + 0.001
+    minimum = torch.rand(n, k // group, generator=g) * 0.1
+    weight = (q.float().reshape(n, k // group, group) * scale[..., None] - minimum[..., None]).reshape(n, k)
+    return vnni.VnniLinear.from_int4(q, scale, minimum, group, None, torch.float32), weight
+
+
+def int4_group64_layer(n: int, k: int, seed: int = 0):
+    """Groups of two 32-column chunks: the AVX2 path adds the chunks' sums before scaling them."""
+    return int4_layer(n, k, seed, group=64)
+
+
+def int4_group16_layer(n: int, k: int, seed: int = 0):
+    """Groups of half a chunk."""
+    return int4_layer(n, k, seed, group=16)
 
 
 def int8_layer(n: int, k: int, seed: int = 0):
@@ -81,20 +91,21 @@ def test_vector_and_lane_by_lane_paths_give_identical_numbers(make):
 
 
 @pytest.mark.parametrize("march", kernel_marches())
-@pytest.mark.parametrize("make", [int4_layer, int8_layer])
+@pytest.mark.parametrize("make", [int4_layer, int4_group64_layer, int4_group16_layer, int8_layer])
 def test_every_build_gives_the_lane_by_lane_numbers_for_every_pass_width(make, march):
     """The AVX-512 and AVX2 paths (both built here where the CPU has AVX-512) sum the same integers and run the same
     float operations: bitwise the lane-by-lane numbers, rows of any pass width equal to one-token passes. Groups
-    larger than 32 columns (the int8 layers' 128) cross the AVX2 path's widening of its 16-bit sums."""
+    larger than 32 columns (the int8 layers' 128, a 4-bit group of 64) cross the AVX2 path's widening of its 16-bit
+    sums, groups of 16 end mid-chunk; widths past 8 cross the tiles of rows (17, 33, 40: prefill chunks)."""
     layer, _ = make(48, 512, seed=7)
-    x = torch.randn(16, 512, generator=torch.Generator().manual_seed(2)) * 3
+    x = torch.randn(40, 512, generator=torch.Generator().manual_seed(2)) * 3
     build = vnni.kernel(march)
     assert build.simd() == ("avx2" if march == "x86-64-v3" else vnni.kernel().simd())
     args = (layer.packed, layer.d, layer.m, layer.out_features, layer.group, layer.bits, layer.per_channel)
     lanes = vnni.kernel().linear(x, *args, False)
-    alone = torch.cat([build.linear(x[i:i + 1], *args, True) for i in range(16)])
+    alone = torch.cat([build.linear(x[i:i + 1], *args, True) for i in range(40)])
     assert torch.equal(alone, lanes)
-    for width in (2, 5, 8, 9, 16):
+    for width in (2, 5, 8, 9, 16, 17, 33, 40):
         assert torch.equal(build.linear(x[:width], *args, True), lanes[:width]), width
 
 
@@ -115,6 +126,52 @@ def test_the_largest_products_do_not_saturate_sixteen_bit_sums(march):
         got = vnni.kernel(march).linear(x, *args)
         assert torch.equal(got, vnni.kernel().linear(x, *args[:-1], False))
         torch.testing.assert_close(got, x @ weight.t(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("march", kernel_marches())
+def test_activations_round_half_to_even_and_zero_groups_alike_on_every_path(march):
+    """The vector paths quantize activations 8 columns at a time: ties (x·127/max|x| at k + 0.5) go to the even
+    integer as nearbyint does, and a group of zeros gets scale 0, as lane by lane."""
+    k = 64
+    x = torch.zeros(3, k)
+    x[0, :32] = torch.tensor([127.0, 2.5, -3.5, 0.5, -0.5, 1.5, 126.5, -126.5] * 4)  # max 127: x·inv = x
+    x[1, 32:] = torch.linspace(-1.0, 1.0, 32)  # group 0 all zeros
+    x[2] = torch.randn(k, generator=torch.Generator().manual_seed(4))
+    layer, _ = int4_layer(32, k, seed=9)
+    args = (layer.packed, layer.d, layer.m, 32, layer.group, layer.bits, layer.per_channel)
+    lanes = vnni.kernel().linear(x, *args, False)
+    assert torch.equal(vnni.kernel(march).linear(x, *args, True), lanes)
+    # The ties' integers, through a layer that reads column j alone: q = 1 at column j, 0 elsewhere, no minimum.
+    picks = torch.zeros(32, k, dtype=torch.long)
+    picks[torch.arange(8), torch.arange(8)] = 1
+    pick = vnni.VnniLinear.from_int4(picks, torch.ones(32, k // 32), torch.zeros(32, k // 32), 32, None,
+                                     torch.float32)
+    pick_args = (pick.packed, pick.d, pick.m, 32, 32, 4, False)
+    want = torch.tensor([127.0, 2.0, -4.0, 0.0, -0.0, 2.0, 126.0, -126.0])
+    for simd in (False, True):
+        got = vnni.kernel(march).linear(x[:1], *pick_args, simd)[0, :8]
+        assert torch.equal(got, want), (simd, got)
+
+
+def test_a_layers_numbers_do_not_depend_on_the_thread_count():
+    """Threads take runs of blocks as they come free (the split is not fixed up front): every block is computed,
+    whole, by one thread, so 1 and 2 threads give the same bits, the lane-by-lane path's."""
+    layer, _ = int8_layer(1024, 256, seed=11)
+    x = torch.randn(9, 256, generator=torch.Generator().manual_seed(5))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.no_grad():
+            one = layer(x)
+        torch.set_num_threads(2)
+        with torch.no_grad():
+            two = [layer(x) for _ in range(5)]
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(one, t) for t in two)
+    layer.use_simd = False
+    with torch.no_grad():
+        assert torch.equal(layer(x), one)
 
 
 def test_shapes_the_kernel_cannot_take_are_a_clear_error():
