@@ -293,32 +293,30 @@ void block_tile_scalar(const Weights& w, const Acts& a, int64_t b, int64_t r0, i
   }
 }
 
-void quantize_rows(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* s1, float* s2,
-                   int32_t* sums) {
-  const int64_t groups = K / G;
-  for (int64_t r = 0; r < M; ++r) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* xg = x + r * K + g * G;
-      int8_t* qg = q + r * K + g * G;
-      float amax = 0.0f;
-      for (int64_t k = 0; k < G; ++k) amax = std::fmax(amax, std::fabs(xg[k]));
-      const float scale = amax / 127.0f;
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int32_t sum = 0;
-      for (int64_t k = 0; k < G; ++k) {
-        const int32_t v = static_cast<int32_t>(std::nearbyint(xg[k] * inv));
-        qg[k] = static_cast<int8_t>(v);
-        sum += v;
-      }
-      s1[r * groups + g] = scale;
-      s2[r * groups + g] = scale * static_cast<float>(sum);
-      if (sums != nullptr) sums[r * groups + g] = sum;
+// One row's activations to int8 per group of G columns (scale = max|x| / 127), with the groups' scales, scale x sum
+// and (where asked) the sums.
+void quantize_row(const float* x, int64_t K, int64_t G, int8_t* q, float* s1, float* s2, int32_t* sums) {
+  for (int64_t g = 0; g < K / G; ++g) {
+    const float* xg = x + g * G;
+    int8_t* qg = q + g * G;
+    float amax = 0.0f;
+    for (int64_t k = 0; k < G; ++k) amax = std::fmax(amax, std::fabs(xg[k]));
+    const float scale = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < G; ++k) {
+      const int32_t v = static_cast<int32_t>(std::nearbyint(xg[k] * inv));
+      qg[k] = static_cast<int8_t>(v);
+      sum += v;
     }
+    s1[g] = scale;
+    s2[g] = scale * static_cast<float>(sum);
+    if (sums != nullptr) sums[g] = sum;
   }
 }
 
 #if CODECUE_VNNI || CODECUE_AVX2
-// quantize_rows' numbers for one row, 8 columns at a time: max |x| is the same in any order (NaNs skipped as fmax
+// quantize_row's numbers, 8 columns at a time: max |x| is the same in any order (NaNs skipped as fmax
 // skips them), x·inv and the rounding to nearest even are the same operation per element, and the sums are
 // integers. Serial and lane by lane it was 3-4 % of a prefill's samples under the AVX2 build, with the other
 // thread waiting for it.
@@ -369,35 +367,33 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   TORCH_CHECK(K % G == 0 && G % 8 == 0, "in_features must be a multiple of the group, the group of 8");
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   TORCH_CHECK(packed.numel() == blocks * K * kBlock * bits / 8, "packed weights do not match the shape");
+  const int64_t groups = K / G;
   auto xf = x.to(torch::kFloat32).contiguous();
   auto q = torch::empty({M, K}, torch::kInt8);
-  auto s1 = torch::empty({M, K / G}, torch::kFloat32);
-  auto s2 = torch::empty({M, K / G}, torch::kFloat32);
+  auto s1 = torch::empty({M, groups}, torch::kFloat32);
+  auto s2 = torch::empty({M, groups}, torch::kFloat32);
   const bool with_sums = CODECUE_AVX2 && bits == 8;  // only the AVX2 path's 8-bit layers read them
-  auto sums = torch::empty({with_sums ? M : 0, K / G}, torch::kInt32);
+  auto sums = torch::empty({with_sums ? M : 0, groups}, torch::kInt32);
   int32_t* sums_p = with_sums ? sums.data_ptr<int32_t>() : nullptr;
   const bool vector = use_simd && (CODECUE_VNNI || CODECUE_AVX2);
-  const int64_t groups = K / G;
+  auto quantize = quantize_row;
 #if CODECUE_VNNI || CODECUE_AVX2
-  if (vector) {
-    const float* xp = xf.data_ptr<float>();
-    int8_t* qp = q.data_ptr<int8_t>();
-    float *s1p = s1.data_ptr<float>(), *s2p = s2.data_ptr<float>();
-    at::parallel_for(0, M, std::max<int64_t>(1, 16384 / K), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        quantize_row_simd(xp + r * K, K, G, qp + r * K, s1p + r * groups, s2p + r * groups,
-                          sums_p != nullptr ? sums_p + r * groups : nullptr);
-    });
-  } else
+  if (vector) quantize = quantize_row_simd;
 #endif
-  quantize_rows(xf.data_ptr<float>(), M, K, G, q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(),
-                sums_p);
+  const float* xp = xf.data_ptr<float>();
+  int8_t* qp = q.data_ptr<int8_t>();
+  float *s1p = s1.data_ptr<float>(), *s2p = s2.data_ptr<float>();
+  at::parallel_for(0, M, std::max<int64_t>(1, 16384 / K), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      quantize(xp + r * K, K, G, qp + r * K, s1p + r * groups, s2p + r * groups,
+               sums_p != nullptr ? sums_p + r * groups : nullptr);
+  });
   const int64_t ldo = blocks * kBlock;
   auto out = torch::empty({M, ldo}, torch::kFloat32);
   TORCH_CHECK(d.scalar_type() == torch::kInt16 && m.scalar_type() == torch::kInt16, "d and m must be fp16 bits in int16");
   const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr<int16_t>()),
                   reinterpret_cast<const uint16_t*>(m.data_ptr<int16_t>()), K, G, bits, per_channel};
-  const Acts a{q.data_ptr<int8_t>(), s1.data_ptr<float>(), s2.data_ptr<float>(), sums_p, K, K / G};
+  const Acts a{qp, s1p, s2p, sums_p, K, groups};
   float* o = out.data_ptr<float>();
   const int64_t tiles = (M + kMaxRows - 1) / kMaxRows;
   const int64_t per_tile = (M + tiles - 1) / tiles;  // 9 rows: 5 + 4, not 8 + 1
