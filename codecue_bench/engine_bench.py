@@ -24,13 +24,16 @@ from . import llama_cpp
 MODES = ["target", "auto", "speculative", "lookup", "hybrid", "hf_assisted", "llama_cpp"]
 DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid",
                    "auto_llamacpp_prefill": "auto", "target_transformers": "none", "auto_transformers": "auto",
-                   "speculative_unextended": "draft", "auto_unextended": "auto"}
+                   "speculative_unextended": "draft", "auto_unextended": "auto",
+                   "speculative_whole_prompt": "draft", "auto_whole_prompt": "auto"}
 NO_TORCH_PREFILL = ("auto_llamacpp_prefill",)
 # Short passes through transformers' forward instead of engine/lean_step.py (CODECUE_LEAN=0 for the call).
 NO_LEAN = ("target_transformers", "auto_transformers")
 # The draft model without its lookup extension (CODECUE_DRAFT_EXTENSION=0 for the call).
 UNEXTENDED = ("speculative_unextended", "auto_unextended")
-NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted", "speculative_unextended")
+# The draft model fed the whole prompt, not the code around the cursor (CODECUE_DRAFT_WINDOW=0 for the call).
+WHOLE_PROMPT = ("speculative_whole_prompt", "auto_whole_prompt")
+NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted", "speculative_unextended", "speculative_whole_prompt")
 LLAMA_MODES = ("llama_cpp", "llama_cpp_draft")
 
 
@@ -89,6 +92,7 @@ def pick_modes(args, pair) -> list[str]:
     if args.modes:
         modes = args.modes.split(",")
         known = MODES + list(LLAMA_MODES) + [V1_MODE] + list(NO_TORCH_PREFILL) + list(NO_LEAN) + list(UNEXTENDED)
+        known += list(WHOLE_PROMPT)
         unknown = [m for m in modes if m not in known]
         if unknown:
             raise ModelsError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -228,6 +232,9 @@ def bench_engine(args) -> dict:
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             if mode in UNEXTENDED:
                 with mock.patch.dict(os.environ, CODECUE_DRAFT_EXTENSION="0"):
+                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
+            if mode in WHOLE_PROMPT:
+                with mock.patch.dict(os.environ, CODECUE_DRAFT_WINDOW="0"):
                     return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
             return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
 

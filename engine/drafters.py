@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .interrupt import PassCancelled
-from .kvcache import TrackedCache, cache_for
+from .kvcache import PREFILL_CHUNK, TrackedCache, cache_for
 from .sampling import sample, warp
 
 
@@ -106,14 +106,18 @@ class ModelDrafter:
     extend (a LookupDrafter demanding a long match): after each of its tokens, when the text so far (its drafts
     included) repeats earlier text, the draft is filled up to k with what followed there, free, instead of more
     model passes. Repetitive code repeats with a new name: the model writes the name, the lookup the rest (on the
-    bench's repetitive prompts 30 % fewer draft passes for the same tokens; docs/benchmarks.md, twenty-first)."""
+    bench's repetitive prompts 30 % fewer draft passes for the same tokens; docs/benchmarks.md, twenty-first).
+
+    view (engine/draft_window.py): what the model sees of the committed tokens, e.g. only the code around the
+    cursor of a long prompt; its cache holds the view. The lookup extension still searches everything."""
     name = "draft"
 
     def __init__(self, model: torch.nn.Module, cache: TrackedCache | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, generator: torch.Generator | None = None, min_confidence: float = 0.3,
-                 extend: "LookupDrafter | None" = None):
+                 extend: "LookupDrafter | None" = None, view=None):
         self.model = model
         self.extend = extend
+        self.view = view
         self.cache = cache or cache_for(model)
         self.temperature, self.top_p, self.generator = temperature, top_p, generator
         self.min_confidence = min_confidence
@@ -122,13 +126,22 @@ class ModelDrafter:
         draft = Draft(source="draft")
         if k <= 0:
             return draft
-        self.cache.reuse_prefix(tokens)
-        pending = tokens[len(self.cache.ids):]
+        seen = self.view(tokens) if self.view is not None else tokens
+        self.cache.reuse_prefix(seen)
+        pending = seen[len(self.cache.ids):]
         # The cache may already hold every committed token (the last draft was fully accepted and fed):
         # step back one token so there are logits to draft from.
         if not pending:
-            self.cache.truncate(len(tokens) - 1)
-            pending = tokens[-1:]
+            self.cache.truncate(len(seen) - 1)
+            pending = seen[-1:]
+        if len(pending) > PREFILL_CHUNK:
+            # A long catch-up (a new prompt) in chunks, as the target prefills: one pass over 1,000 tokens ran at
+            # 170 tok/s, chunks of 256 at 450 (attention's score matrices outgrow the cache).
+            started = time.perf_counter()
+            self.cache.extend_to(seen[:len(seen) - PREFILL_CHUNK], chunk=PREFILL_CHUNK, cancelled=cancelled)
+            draft.catchup_tokens = len(self.cache.ids) - (len(seen) - len(pending))
+            draft.catchup_seconds = time.perf_counter() - started
+            pending = seen[len(self.cache.ids):]
         while len(draft.tokens) < k and not cancelled():
             started = time.perf_counter()
             try:
@@ -140,7 +153,8 @@ class ModelDrafter:
             if len(pending) == 1:
                 draft.steps, draft.step_seconds = draft.steps + 1, draft.step_seconds + seconds
             else:
-                draft.catchup_tokens, draft.catchup_seconds = len(pending), seconds
+                draft.catchup_tokens += len(pending)
+                draft.catchup_seconds += seconds
             if self.temperature > 0:
                 probs = warp(logits, self.temperature, self.top_p)
                 token = sample(probs, self.generator)

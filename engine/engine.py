@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from .draft_window import DraftWindow, window_wanted
 from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter, extension_lookup, extension_wanted
 from .healing import HealingMasks, back_off, token_bytes
 from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
@@ -79,6 +80,8 @@ class Engine:
         for marker in (self.fim.prefix, self.fim.suffix, self.fim.middle, self.fim.file_sep, self.fim.repo_name):
             if marker:
                 self.special_token_id(marker)
+        markers = (self.fim.prefix, self.fim.suffix, self.fim.middle)
+        self.draft_window = DraftWindow(*map(self.special_token_id, markers)) if all(markers) else None
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -302,8 +305,8 @@ class Engine:
     def _controller(self, name: str, session: Session, request: CompletionRequest):
         if name == "auto":
             if session.policy is None:
-                draft_cache = session.draft
-                lag = (lambda tokens: len(tokens) - common_prefix_length(draft_cache.ids, tokens)) \
+                draft_cache, view = session.draft, self._draft_view()
+                lag = (lambda tokens: len(seen := view(tokens)) - common_prefix_length(draft_cache.ids, seen)) \
                     if draft_cache is not None else None
                 session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag,
                                             shared=self.acceptance)
@@ -313,6 +316,10 @@ class Engine:
         controller.max_k = request.max_draft_tokens
         controller.adaptive = request.adaptive_k
         return controller
+
+    def _draft_view(self):
+        """What the draft model sees of the committed tokens: the code around the cursor (engine/draft_window.py)."""
+        return self.draft_window if self.draft_window is not None and window_wanted() else (lambda tokens: tokens)
 
     def _auto_choices(self) -> tuple[str, ...]:
         return ("none", "lookup", "draft", "hybrid") if self.pair.draft is not None else ("none", "lookup")
@@ -335,7 +342,7 @@ class Engine:
         min_confidence = 0.3 if request.adaptive_k else 0.0
         extend = extension_lookup(self.workspace) if extension_wanted() else None
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
-                             min_confidence, extend)
+                             min_confidence, extend, self._draft_view())
         if name == "draft":
             return model
         if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself
