@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -44,7 +45,11 @@ class CompiledSteps:
     def new_cache(self):
         from transformers import StaticCache
 
-        return StaticCache(config=self.model.config, max_cache_len=self.capacity)
+        cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
+        for layer in cache.layers:
+            if not hasattr(layer, "crop"):  # transformers before 5.2x (the lent GPU's image has 5.17)
+                layer.crop = types.MethodType(crop_static_layer, layer)
+        return cache
 
     def bucket(self, n: int) -> int | None:
         return next((w for w in self.widths if w >= n), None)
@@ -88,6 +93,14 @@ class CompiledSteps:
                 except Exception:
                     break
         return time.perf_counter() - started
+
+
+def crop_static_layer(layer, tokens_to_remove: int) -> None:
+    """transformers 5.24's StaticLayer.crop: the keys/values stay where they are (their address is static, the
+    CUDA graphs read it); the position moves back in place, so the next pass overwrites them."""
+    if tokens_to_remove > 0:
+        raise ValueError("crop takes a negative count: the tokens to remove")
+    layer.cumulative_length.sub_(-tokens_to_remove)
 
 
 def use_compile_cache(home: Path) -> None:

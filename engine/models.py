@@ -79,7 +79,9 @@ class PairSpec:
     target_weights: str = "auto"
     draft_weights: str = "auto"
     activations: str = "auto"
-    compile: bool = False  # compiled static steps (engine/compiled.py); env CODECUE_COMPILE=0/1 overrides
+    # Compiled static steps (engine/compiled.py); None: on a GPU only (CUDA graphs: a one-token pass of the 1.5B
+    # 16.4 -> 3.3 ms on an H200), env CODECUE_COMPILE=0/1 overrides.
+    compile: bool | None = None
 
 
 @dataclass
@@ -150,7 +152,7 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             target_weights=p.get("target_weights", "auto"),
             draft_weights=p.get("draft_weights", "auto"),
             activations=p.get("activations", "auto"),
-            compile=bool(p.get("compile", False)),
+            compile=None if p.get("compile") is None else bool(p["compile"]),
         )
     return config
 
@@ -361,7 +363,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     """Load a pair in the formats this machine runs fastest (see engine/machine_choice.resolve_formats). Explicit arguments, then the
     environment (CODECUE_TARGET_WEIGHTS, CODECUE_DRAFT_WEIGHTS, CODECUE_DTYPE), then models.toml decide; "auto" asks
     the calibration. with_draft: True loads the draft model, False never, None as the calibration says it pays.
-    compile: compiled static steps for both models (None: env CODECUE_COMPILE, else the pair's `compile`)."""
+    compile: compiled static steps for both models (None: `compile_wanted`)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -391,8 +393,7 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     tokenizer = AutoTokenizer.from_pretrained(model_dir(spec.target, home))
     costs = pass_costs_from(cal, choice) if cal is not None else None
     if compile is None:
-        env = os.environ.get("CODECUE_COMPILE")
-        compile = spec.compile if env is None else env.lower() not in ("0", "false", "no", "off", "")
+        compile = compile_wanted(spec.compile, os.environ.get("CODECUE_COMPILE"), dev.type)
     compiled = False
     if compile and choice.target_weights != "llamacpp":
         from .compiled import DRAFT_WIDTHS, TARGET_WIDTHS, attach
@@ -403,6 +404,14 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
                       target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
                       draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice, compiled=compiled)
+
+
+def compile_wanted(pair_setting: bool | None, env: str | None, device_type: str) -> bool:
+    """CODECUE_COMPILE, else the pair's `compile`, else on a GPU only: there CUDA graphs take a pass from launch-bound
+    to weight-bound (docs/benchmarks.md, GPU); on CPU the calibrated kernels and the lean step beat it."""
+    if env is not None:
+        return env.strip().lower() not in ("0", "false", "no", "off", "")
+    return pair_setting if pair_setting is not None else device_type == "cuda"
 
 
 def torch_dtype(activations: str):

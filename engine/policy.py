@@ -19,6 +19,11 @@ LOOKUP_SOURCES = ("prompt", "workspace", "history")
 # rescaled by the first real timings; and c = draft pass / target pass ≈ 0.4 (0.5B vs 1.5B on CPU).
 NEUTRAL_VERIFY_MS = {1: 100.0, 2: 104.0, 4: 112.0, 8: 135.0, 16: 190.0}
 NEUTRAL_DRAFT_RATIO = 0.4
+# Without a calibration on a GPU (its dense bf16 format is not calibrated): the H200's compiled passes of the 1.5B /
+# 0.5B shapes (docs/benchmarks.md, GPU): launch-bound, so a 9-token verify costs 1.34x a one-token pass and the
+# draft model's pass 0.82x the target's: there the draft model rarely pays, lookup drafts do.
+GPU_VERIFY_MS = {1: 3.34, 4: 4.47, 9: 4.48}
+GPU_DRAFT_RATIO = 0.82
 NEUTRAL_LOOKUP_MS = 0.2
 NEUTRAL_PREFILL_RATIO = 0.1  # the draft model's catch-up, ms per token ÷ its one-token pass
 PREFILL_MIN_TOKENS = 16  # catch-ups at least this long teach the prefill cost per token
@@ -39,6 +44,7 @@ class PassCosts:
     verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
     draft_ms: float | None = None
     draft_prefill_ms: float | None = None
+    draft_ratio: float = NEUTRAL_DRAFT_RATIO  # draft pass ÷ target pass where draft_ms is not known
     observed_verify: dict[int, float] = field(default_factory=dict)
     observed_draft: float | None = None
     observed_prefill: float | None = None
@@ -67,7 +73,7 @@ class PassCosts:
     def draft(self) -> float:
         if self.observed_draft is not None:
             return self.observed_draft
-        return self.draft_ms if self.draft_ms is not None else NEUTRAL_DRAFT_RATIO * self.verify(1)
+        return self.draft_ms if self.draft_ms is not None else self.draft_ratio * self.verify(1)
 
     def prefill(self) -> float:
         if self.observed_prefill is not None:
@@ -100,6 +106,13 @@ class PassCosts:
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.ema_weight * (new - old)
+
+
+def uncalibrated_costs(device_type: str) -> PassCosts:
+    """The prior where no calibration ran: the H200's measured shape on a GPU, the neutral guess elsewhere."""
+    if device_type == "cuda":
+        return PassCosts(verify_ms=dict(GPU_VERIFY_MS), draft_ratio=GPU_DRAFT_RATIO)
+    return PassCosts()
 
 
 def interpolate(table: dict[int, float], width: int) -> float:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from codecue_bench import gpu
+from engine import lean_step
 
 REPO = Path(__file__).resolve().parents[1]
 # The lent GPU has torch + transformers and nothing of ours: the script must not touch these on its way.
@@ -38,8 +39,10 @@ def test_gpu_bench_tiny_writes_costs_loops_latency_and_expected_speedups(tmp_pat
     assert loops["oracle"]["mean_tokens_per_pass"] == 4.0
 
     a, k, c = 0.8, 4, costs["c"]
-    assert report["expected_speedup"]["K=4 alpha=0.8"]["formula"] == pytest.approx(
-        (1 - a ** (k + 1)) / ((1 - a) * (1 + k * c)))
+    expected, verify = report["expected_speedup"]["K=4 alpha=0.8"], costs["target_5_ms"] / costs["target_1_ms"]
+    assert expected["formula"] == pytest.approx((1 - a ** (k + 1)) / ((1 - a) * (1 + k * c)))
+    assert expected["with_verify_cost"] == pytest.approx((1 - a ** (k + 1)) / ((1 - a) * (verify + k * c)))
+    assert expected["lookup_with_verify_cost"] == pytest.approx((1 - a ** (k + 1)) / ((1 - a) * verify))
     latency = report["completion_latency"]
     assert latency["trials"] == 3 and 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
     summary = (tmp_path / "gpu.md").read_text()
@@ -67,8 +70,20 @@ def test_gpu_bench_refuses_a_model_that_ignores_the_engine_cache():
 
     with pytest.raises(RuntimeError, match="ignores the engine's cache"):
         gpu.check_cache_is_used(IgnoresCache(model), torch.device("cpu"))
-    # The adapter for releases that call it past_key_values keeps the cache in use.
-    gpu.check_cache_is_used(gpu.CacheKwarg(model), torch.device("cpu"))
+
+    # A release that calls it past_key_values (the GPU image's 5.17) and drops the unknown `cache=`:
+    old = gpu.build(gpu.TINY_TARGET, torch.device("cpu"), torch.float32, "eager", seed=0)
+    forward = old.forward
+
+    def old_forward(input_ids=None, past_key_values=None, **kwargs):
+        kwargs.pop("cache", None)
+        return forward(input_ids=input_ids, cache=past_key_values, **kwargs)
+    old.forward = old_forward
+    with pytest.raises(RuntimeError, match="ignores the engine's cache"):
+        gpu.check_cache_is_used(old, torch.device("cpu"))
+    gpu.take_cache_kwarg(old)  # the rename keeps the cache in use, and the model the engine's lean step
+    gpu.check_cache_is_used(old, torch.device("cpu"))
+    assert lean_step.supports(old)
 
 
 def test_gpu_bench_without_cuda_asks_for_tiny(tmp_path, capsys, monkeypatch):

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from engine import CompletionRequest, Engine
-from engine.compiled import CompiledSteps, attach
+from engine.compiled import CompiledSteps, attach, crop_static_layer
 from engine.kvcache import TrackedCache
+from engine.models import compile_wanted
 from engine.testing import build_tiny_model
 from engine_helpers import random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
 
@@ -102,3 +103,38 @@ def test_compile_failure_falls_back_to_eager(monkeypatch, caplog):
     cache = TrackedCache(model)
     with torch.inference_mode():
         assert cache.forward([10, 11, 12]).shape[0] == 3
+
+
+def test_static_layer_is_cut_back_in_place_as_transformers_5_24_does():
+    # The lent GPU's transformers (5.17) has no StaticLayer.crop; engine/compiled.py supplies the same cut.
+    from transformers import StaticCache
+
+    config = build_tiny_model(64, 1, 0).config
+    ours, theirs = (StaticCache(config=config, max_cache_len=16).layers[0] for _ in range(2))
+    states = torch.randn(1, config.num_key_value_heads, 5, config.hidden_size // config.num_attention_heads)
+    for layer in (ours, theirs):
+        layer.update(states, states)
+    address = ours.keys.data_ptr()
+    crop_static_layer(ours, -2)
+    theirs.crop(-2)
+    assert int(ours.get_seq_length()) == int(theirs.get_seq_length()) == 3
+    assert ours.keys.data_ptr() == address  # CUDA graphs read the cache at a fixed address
+    with pytest.raises(ValueError, match="negative"):
+        crop_static_layer(ours, 2)
+
+
+# (pair's `compile` in models.toml, CODECUE_COMPILE, device) -> compiled steps
+COMPILE_CASES = [
+    (None, None, "cuda", True),  # a GPU: CUDA graphs (one-token pass 16.4 -> 3.3 ms on an H200)
+    (None, None, "cpu", False),  # CPU: the calibrated kernels and the lean step (docs/benchmarks.md)
+    (True, None, "cpu", True),
+    (False, None, "cuda", False),
+    (None, "0", "cuda", False),
+    (False, "1", "cpu", True),
+    (True, "off", "cuda", False),
+]
+
+
+@pytest.mark.parametrize("pair_setting, env, device, wanted", COMPILE_CASES)
+def test_compiled_steps_by_default_on_a_gpu_only(pair_setting, env, device, wanted):
+    assert compile_wanted(pair_setting, env, device) is wanted

@@ -7,7 +7,8 @@ import pytest
 from engine import CompletionRequest
 from engine.drafters import Draft, LookupDrafter, NoDrafter
 from engine.kvcache import TrackedCache
-from engine.policy import GainPolicy, PassCosts, Shadow, best_choice, expected_tokens, interpolate, rate
+from engine.policy import (GPU_DRAFT_RATIO, GPU_VERIFY_MS, GainPolicy, PassCosts, Shadow, best_choice, expected_tokens,
+                           interpolate, rate, uncalibrated_costs)
 from engine.speculative import generate
 from engine_helpers import STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model
 
@@ -55,6 +56,17 @@ def test_gain_model_picks_the_fastest_choice(case):
     if choice.drafter == "hybrid":  # the model's K is its own best where the lookup misses
         best_alone = max(range(1, 9), key=lambda k: rate(costs, "draft", k, alpha, hit))
         assert choice.model_k == best_alone
+
+
+def test_a_gpu_without_calibration_prices_the_draft_model_as_measured_there():
+    # On the H200 the 0.5B draft's pass costs 0.82x the 1.5B's (both launch-bound): even 80 % acceptance does not
+    # pay for it, where the CPU's neutral prior (0.4) would draft; lookup drafts still pay.
+    alpha = {"draft": 0.8, "lookup": 0.9}
+    gpu, cpu = uncalibrated_costs("cuda"), uncalibrated_costs("cpu")
+    assert gpu.draft() == pytest.approx(GPU_DRAFT_RATIO * GPU_VERIFY_MS[1])
+    assert best_choice(gpu, ("none", "draft"), 8, alpha, 0.0).drafter == "none"
+    assert best_choice(cpu, ("none", "draft"), 8, alpha, 0.0).drafter == "draft"
+    assert best_choice(gpu, ALL, 8, alpha, 0.9).drafter == "lookup"
 
 
 def test_draft_model_catch_up_is_charged_to_the_request():
