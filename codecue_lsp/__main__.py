@@ -99,7 +99,7 @@ def check(settings) -> int:
     pair = completer.engine.pair
     print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, target {pair.target_weights} "
           f"weights / {pair.activations} activations, draft "
-          f"{pair.draft_weights or 'not loaded'})")
+          f"{pair.draft_weights or 'not loaded'}; {'compiled' if pair.compiled else 'eager'} steps)")
     if pair.calibration is not None:
         from engine.calibrate_report import format_table
 

@@ -18,9 +18,11 @@ import logging
 import os
 import time
 import types
+import weakref
 from pathlib import Path
 
 import torch
+from transformers import StaticCache
 
 from .interrupt import gate_of
 
@@ -29,6 +31,18 @@ log = logging.getLogger(__name__)
 TARGET_WIDTHS = (1, 2, 4, 9)  # 1: target alone; 2/4/9: verification of K = 1, 2..3, 4..8 drafts (padded)
 DRAFT_WIDTHS = (1,)
 CAPACITY = 2048  # the prompt budget (1,536 tokens) + max new tokens + drafts, with room to spare
+
+
+class CuttableStaticCache(StaticCache):
+    """transformers' StaticCache whose cut moves every layer's position in one op: each verify pass is cut twice
+    (its padding, its rejected drafts), and layer by layer that is 2 x 28 tiny ops, on a GPU 56 kernel launches."""
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count: the tokens to remove")
+        if tokens_to_remove:
+            with torch.inference_mode():  # the positions are inference tensors after a pass on a GPU
+                torch._foreach_sub_([layer.cumulative_length for layer in self.layers], -tokens_to_remove)
 
 
 class CompiledSteps:
@@ -41,14 +55,26 @@ class CompiledSteps:
         gate_of(model)
         self.step = torch.compile(model.forward, fullgraph=True, dynamic=False, mode=mode)
         self.failed = False
+        self.pool: list[tuple[weakref.ref | None, CuttableStaticCache]] = []  # (its owner, a cache handed out)
 
-    def new_cache(self):
-        from transformers import StaticCache
-
-        cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
+    def new_cache(self, owner=None) -> CuttableStaticCache:
+        """An empty static cache for `owner` (a TrackedCache; None: a temporary). Recycled where it can be: a cache
+        whose owner is gone, or holds another cache now, is emptied and handed out again. CUDA graphs are recorded
+        per set of static addresses and kept (cudagraph trees), so a new cache for every session ever opened would
+        leave a recording per width behind each; recycled, the recordings stay as many as the caches alive."""
+        for i, (ref, cache) in enumerate(self.pool):
+            holder = ref() if ref is not None else None
+            if holder is None or holder.cache is not cache:
+                with torch.inference_mode():  # its positions became inference tensors in its passes
+                    for layer in cache.layers:
+                        layer.cumulative_length.zero_()
+                self.pool[i] = (weakref.ref(owner) if owner is not None else None, cache)
+                return cache
+        cache = CuttableStaticCache(config=self.model.config, max_cache_len=self.capacity)
         for layer in cache.layers:
             if not hasattr(layer, "crop"):  # transformers before 5.2x (the lent GPU's image has 5.17)
                 layer.crop = types.MethodType(crop_static_layer, layer)
+        self.pool.append((weakref.ref(owner) if owner is not None else None, cache))
         return cache
 
     def bucket(self, n: int) -> int | None:
@@ -85,8 +111,9 @@ class CompiledSteps:
 
         started = time.perf_counter()
         with torch.inference_mode():
+            cache = self.new_cache()  # one cache for every width: the first session gets it, recordings and all
             for width in tqdm(self.widths, desc=f"compiling {label} steps", disable=not progress, unit="width"):
-                cache = self.new_cache()
+                cache.crop(-int(cache.get_seq_length()))
                 self.run(cache, [1] * 4, "none")
                 try:
                     self.run(cache, [1] * width, "last" if self.last_only else "all")
@@ -100,7 +127,8 @@ def crop_static_layer(layer, tokens_to_remove: int) -> None:
     CUDA graphs read it); the position moves back in place, so the next pass overwrites them."""
     if tokens_to_remove > 0:
         raise ValueError("crop takes a negative count: the tokens to remove")
-    layer.cumulative_length.sub_(-tokens_to_remove)
+    with torch.inference_mode():
+        layer.cumulative_length.sub_(-tokens_to_remove)
 
 
 def use_compile_cache(home: Path) -> None:

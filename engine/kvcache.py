@@ -173,7 +173,7 @@ class TrackedCache:
         if self.steps is not None and self.steps.failed:
             self.steps = None
         if self.cache is None:
-            self.cache = self.steps.new_cache() if self.steps is not None else new_dynamic_cache(self.model.config)
+            self.cache = self.steps.new_cache(self) if self.steps is not None else new_dynamic_cache(self.model.config)
 
     def _grow_past_capacity(self, extra: int) -> None:
         """A static cache cannot hold more than its capacity: move this session to a dynamic cache (eager passes),
@@ -213,7 +213,7 @@ class TrackedCache:
         except BaseException:
             # A forward that died half-way may have appended to some layers only: start this cache afresh.
             self.steps = None if (self.steps is not None and self.steps.failed) else self.steps
-            self.cache = self.steps.new_cache() if self.steps is not None else new_dynamic_cache(self.model.config)
+            self.cache = self.steps.new_cache(self) if self.steps is not None else new_dynamic_cache(self.model.config)
             self.ids = []
             raise
         self.ids.extend(new_ids)

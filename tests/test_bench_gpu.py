@@ -45,6 +45,7 @@ def test_gpu_bench_tiny_writes_costs_loops_latency_and_expected_speedups(tmp_pat
     assert expected["lookup_with_verify_cost"] == pytest.approx((1 - a ** (k + 1)) / ((1 - a) * verify))
     latency = report["completion_latency"]
     assert latency["trials"] == 3 and 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    assert 0 < latency["two_sessions_p50_ms"] <= latency["two_sessions_p99_ms"]
     summary = (tmp_path / "gpu.md").read_text()
     assert "| target, 16 new tokens |" in summary and "p99" in summary
     loop_rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in summary.splitlines()

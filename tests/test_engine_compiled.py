@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import CompletionRequest, Engine
-from engine.compiled import CompiledSteps, attach, crop_static_layer
+from engine.compiled import CompiledSteps, CuttableStaticCache, attach, crop_static_layer
 from engine.kvcache import TrackedCache
 from engine.models import compile_wanted
 from engine.testing import build_tiny_model
@@ -76,6 +76,29 @@ def test_a_session_past_the_static_capacity_moves_to_a_dynamic_cache(compiled_pa
         assert cache.steps is None
 
 
+def test_a_gone_sessions_static_cache_serves_the_next_one_empty(compiled_pair):
+    # CUDA graphs are recorded per cache address: a new cache per session would leave recordings behind.
+    target, _ = compiled_pair
+    prompt = random_prompt(6, 60)
+    steps = target.codecue_steps
+    with torch.inference_mode():
+        first, second = TrackedCache(target), TrackedCache(target)
+        assert first.cache is not second.cache  # live sessions never share
+        first.extend_to(prompt[:40])
+        recycled, pooled = first.cache, len(steps.pool)
+        del first
+        third = TrackedCache(target)
+        assert third.cache is recycled and len(steps.pool) == pooled
+        assert int(third.cache.get_seq_length()) == 0
+        third.extend_to(prompt[:20])
+        check_pass(third, prompt, 20, 4)  # its old contents leave no trace
+
+        moved = TrackedCache(target)  # a session that outgrows its static cache gives it back
+        static = moved.cache
+        moved.extend_to(random_prompt(7, 250))
+        assert moved.steps is None and TrackedCache(target).cache is static
+
+
 @pytest.mark.parametrize("drafter,k", [("none", 0), ("draft", 3), ("lookup", 8)])
 def test_speculation_on_compiled_models_equals_target_alone(compiled_pair, drafter, k):
     target, draft = compiled_pair
@@ -121,6 +144,20 @@ def test_static_layer_is_cut_back_in_place_as_transformers_5_24_does():
     assert ours.keys.data_ptr() == address  # CUDA graphs read the cache at a fixed address
     with pytest.raises(ValueError, match="negative"):
         crop_static_layer(ours, 2)
+
+
+def test_a_cut_moves_every_layer_back_in_one_op():
+    config = build_tiny_model(64, 2, 0).config
+    cache = CuttableStaticCache(config=config, max_cache_len=16)
+    states = torch.randn(1, config.num_key_value_heads, 7, config.hidden_size // config.num_attention_heads)
+    for layer in cache.layers:
+        layer.update(states, states)
+    cache.crop(-3)
+    assert [int(layer.get_seq_length()) for layer in cache.layers] == [4] * len(cache.layers)
+    cache.crop(0)
+    assert int(cache.get_seq_length()) == 4
+    with pytest.raises(ValueError, match="negative"):
+        cache.crop(1)
 
 
 # (pair's `compile` in models.toml, CODECUE_COMPILE, device) -> compiled steps

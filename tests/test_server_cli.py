@@ -41,6 +41,7 @@ def test_check_with_the_tiny_pair(tiny_pair_env):
     out = run_cli(dict(tiny_pair_env, OMP_NUM_THREADS="1"), "--check", "--pair", "tiny", "--max-tokens", "8")
     assert out.returncode == 0, out.stderr
     assert "loaded in" in out.stdout and "cold:" in out.stdout and "warm:" in out.stdout
+    assert "eager steps" in out.stdout  # compiled steps are a GPU's default, not a CPU's
     assert "completion:" in out.stdout
 
 
