@@ -42,7 +42,15 @@ class CuttableStaticCache(StaticCache):
             raise ValueError("crop takes a negative count: the tokens to remove")
         if tokens_to_remove:
             with torch.inference_mode():  # the positions are inference tensors after a pass on a GPU
-                torch._foreach_sub_([layer.cumulative_length for layer in self.layers], -tokens_to_remove)
+                torch._foreach_sub_(self._positions(), -tokens_to_remove)
+
+    def empty(self) -> None:
+        """Back to no tokens, keys and values left where they are (transformers' reset() also zeroes them all)."""
+        with torch.inference_mode():
+            torch._foreach_zero_(self._positions())
+
+    def _positions(self) -> list[torch.Tensor]:
+        return [layer.cumulative_length for layer in self.layers]
 
 
 class CompiledSteps:
@@ -65,9 +73,7 @@ class CompiledSteps:
         for i, (ref, cache) in enumerate(self.pool):
             holder = ref() if ref is not None else None
             if holder is None or holder.cache is not cache:
-                with torch.inference_mode():  # its positions became inference tensors in its passes
-                    for layer in cache.layers:
-                        layer.cumulative_length.zero_()
+                cache.empty()
                 self.pool[i] = (weakref.ref(owner) if owner is not None else None, cache)
                 return cache
         cache = CuttableStaticCache(config=self.model.config, max_cache_len=self.capacity)
@@ -113,7 +119,7 @@ class CompiledSteps:
         with torch.inference_mode():
             cache = self.new_cache()  # one cache for every width: the first session gets it, recordings and all
             for width in tqdm(self.widths, desc=f"compiling {label} steps", disable=not progress, unit="width"):
-                cache.crop(-int(cache.get_seq_length()))
+                cache.empty()
                 self.run(cache, [1] * 4, "none")
                 try:
                     self.run(cache, [1] * width, "last" if self.last_only else "all")

@@ -67,11 +67,11 @@ class Engine:
         # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
         # shared by all sessions (a machine property). Acceptance is per session, seeded from the pool of all sessions.
         calibrated = getattr(pair, "costs", None)  # a policy.PassCosts from engine/calibrate.py, or None
-        device = getattr(pair, "device", None)
-        self.costs = uncalibrated_costs(getattr(device, "type", "cpu"))
         if calibrated is not None:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
                                    draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None))
+        else:
+            self.costs = uncalibrated_costs(getattr(getattr(pair, "device", None), "type", "cpu"))
         self.acceptance = SharedAcceptance()
         # For the server's stats, read from other threads without a lock (one attribute store each): whether a
         # generation runs on the worker, and which unit of it ("idle" | "prefill" | "draft" | "verify").
