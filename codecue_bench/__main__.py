@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     eng.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)} (llama_cpp_draft on request)")
     eng.add_argument("--llama-server", metavar="URL", help="a running llama-server to use as the llama_cpp mode")
+    eng.add_argument("--warm", action="store_true",
+                     help="make each prompt ready untimed first, as the server does where the cursor rests")
     eng.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when it is built")
     eng.add_argument("--threads", type=int, default=2, help="llama-server threads (-t)")
     eng.add_argument("--with-draft", action="store_true",
@@ -92,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             from .engine_bench import pass_costs
             pair = load_pair(args.pair, device=args.device, dtype=args.dtype, with_draft=True)
             ids = Engine(pair).encode(CONTEXT_TEXT * (args.context // 2 + 1))[:args.context]
-            print(json.dumps(pass_costs(pair, ids, args.k, args.repeats, args.lean_ab), indent=2))
+            from engine import torch_thread  # where load_pair loaded it and the engine would run it
+            costs = torch_thread.run(pass_costs, pair, ids, args.k, args.repeats, args.lean_ab)
+            print(json.dumps(costs, indent=2))
             return 0
         from .engine_bench import bench_engine, print_table
         report = bench_engine(args)

@@ -1,7 +1,10 @@
 """`codecue-bench engine`: every decoding mode on the same prompts, side by side in one process.
 
 Every mode runs on every prompt before the next prompt starts (interleaved), each on a fresh session so no mode
-profits from another's cache. Times include prefill: that is what a user waits for. llama.cpp (`llama_cpp`) is a
+profits from another's cache. Times include prefill: that is what a user waits for on a prompt seen for the first
+time. With --warm each prompt is first made ready untimed, as the server does where the cursor rests
+(codecue_lsp/warmup.py, Engine.prefill: the target's cache and the draft model's view), and llama.cpp is asked the
+same prompt once before (its prompt cache): what a keystroke at a prepared place waits for. llama.cpp (`llama_cpp`) is a
 mode like the others when it is built (scripts/build-llama-cpp.sh) or reachable (--llama-server URL): a
 llama-server on the same GGUF files, fed the same prompt token ids, greedy, with its prompt cache on.
 """
@@ -14,6 +17,7 @@ import time
 from dataclasses import dataclass
 from unittest import mock
 
+from engine import torch_thread
 from engine.models import ModelsError
 
 from . import llama_cpp
@@ -49,13 +53,18 @@ class Run:
     prompt_evaluated: int | None = None  # llama.cpp: prompt tokens not served from its prompt cache
 
 
-def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int) -> Run:
+def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int, warm: bool = False) -> Run:
     from engine.types import CompletionRequest
 
+    session = f"bench:{mode}" if warm else None
+    if warm:
+        engine.prefill(session, prompt_ids).result()
     started = time.perf_counter()
     result = engine.complete(CompletionRequest(prompt_ids, max_new_tokens, drafter=DRAFTER_OF_MODE[mode],
-                                               max_draft_tokens=k))
+                                               max_draft_tokens=k, session=session))
     seconds = time.perf_counter() - started
+    if warm:  # the next prompt starts cold again, its lookups without this completion in the session's history
+        engine.forget_session(session).result()
     s = result.stats
     # Decode = the passes after the first token, counted as llama.cpp counts its own (see run_llama).
     return Run(result.token_ids, seconds, s.seconds_prefill, s.seconds_total - s.seconds_first_token,
@@ -77,7 +86,9 @@ def run_hf_assisted(pair, prompt_ids: list[int], max_new_tokens: int, stop_ids: 
     return Run(ids[:cut], seconds)
 
 
-def run_llama(client, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]) -> Run:
+def run_llama(client, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int], warm: bool = False) -> Run:
+    if warm:  # its prompt cache (cache_prompt) then holds the prompt
+        llama_cpp.complete(client, prompt_ids, 1, set(stop_ids))
     answer = llama_cpp.complete(client, prompt_ids, max_new_tokens, set(stop_ids))
     # Its own timings: prompt_ms is the prefill (cache misses only) up to the first token, which comes with the
     # prompt's last batch; predicted_ms times the predicted_n - 1 passes after it (a stop token included in n).
@@ -182,6 +193,44 @@ def v1_engine(args):
     return _V1_ENGINE["engine"]
 
 
+def mode_setting(mode: str, pair):
+    """The setting a mode variant runs under (the same drafter as its base mode otherwise)."""
+    if mode in NO_TORCH_PREFILL:
+        return without_torch_prefill(pair.target)
+    if mode in NO_LEAN:
+        return mock.patch.dict(os.environ, CODECUE_LEAN="0")
+    if mode in UNEXTENDED:
+        return mock.patch.dict(os.environ, CODECUE_DRAFT_EXTENSION="0")
+    if mode in WHOLE_PROMPT:
+        return mock.patch.dict(os.environ, CODECUE_DRAFT_WINDOW="0")
+    return contextlib.nullcontext()
+
+
+def by_kind(rows: list[dict], modes: list[str]) -> dict:
+    """Per prompt kind (line / block / repetitive): each mode's seconds and decode time summed, and its ratio to
+    target alone end to end and in decode (per token: a mode that writes other tokens is compared per token)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        kind = out.setdefault(row["kind"], {})
+        for mode in modes:
+            run, t = row[mode], kind.setdefault(mode, {"seconds": 0.0, "tokens": 0, "decode_s": 0.0,
+                                                       "decode_tokens": 0})
+            t["seconds"] += run["seconds"]
+            t["tokens"] += run["tokens"]
+            t["decode_s"] += run.get("decode_s", 0.0)
+            t["decode_tokens"] += run.get("decode_tokens", 0)
+    for kind in out.values():
+        base = kind.get("target")
+        for t in kind.values():
+            t["seconds"], t["decode_s"] = round(t["seconds"], 3), round(t["decode_s"], 3)
+            if base and t["tokens"] and t["seconds"]:
+                t["x_target"] = round((t["tokens"] / t["seconds"]) / (base["tokens"] / base["seconds"]), 3)
+            if base and t["decode_s"] and base["decode_s"] and base["decode_tokens"]:
+                t["x_target_decode"] = round((t["decode_tokens"] / t["decode_s"])
+                                             / (base["decode_tokens"] / base["decode_s"]), 3)
+    return out
+
+
 @contextlib.contextmanager
 def without_torch_prefill(model):
     """llama.cpp prefills for the duration (engine/torch_prefill.py is set on the model, not per request)."""
@@ -209,6 +258,9 @@ def bench_engine(args) -> dict:
     if args.limit:
         prompts = prompts[: args.limit]
     modes = pick_modes(args, pair)
+    warm = bool(getattr(args, "warm", False))
+    if warm and ("hf_assisted" in modes or V1_MODE in modes):
+        raise ModelsError("--warm: hf_assisted and v1_default keep no session to make ready; leave them out")
     stop_ids = sorted(engine.stop_token_ids)
     totals = {m: {"seconds": 0.0, "new_tokens": 0, "passes": 0, "accepted": 0, "drafted": 0, "identical": [],
                   "prefill": 0.0, "draft": 0.0, "decode_s": 0.0, "decode_tokens": 0, "split": True,
@@ -219,28 +271,17 @@ def bench_engine(args) -> dict:
 
         def run_mode(mode, ids, max_new_tokens) -> Run:
             if mode in clients:
-                return run_llama(clients[mode], ids, max_new_tokens, stop_ids)
+                return run_llama(clients[mode], ids, max_new_tokens, stop_ids, warm)
             if mode == "hf_assisted":
-                return run_hf_assisted(pair, ids, max_new_tokens, stop_ids)
+                return torch_thread.run(run_hf_assisted, pair, ids, max_new_tokens, stop_ids)
             if mode == V1_MODE:
                 return run_own_mode(v1_engine(args), "hybrid", ids, max_new_tokens, args.k)
-            if mode in NO_TORCH_PREFILL:
-                with without_torch_prefill(pair.target):
-                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
-            if mode in NO_LEAN:
-                with mock.patch.dict(os.environ, CODECUE_LEAN="0"):
-                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
-            if mode in UNEXTENDED:
-                with mock.patch.dict(os.environ, CODECUE_DRAFT_EXTENSION="0"):
-                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
-            if mode in WHOLE_PROMPT:
-                with mock.patch.dict(os.environ, CODECUE_DRAFT_WINDOW="0"):
-                    return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
-            return run_own_mode(engine, mode, ids, max_new_tokens, args.k)
+            with mode_setting(mode, pair):  # around the untimed prefill of --warm too: it feeds the draft's view
+                return run_own_mode(engine, mode, ids, max_new_tokens, args.k, warm)
 
-        warm = engine.encode_fim("def add(a, b):\n", "\n")
+        first_call = engine.encode_fim("def add(a, b):\n", "\n")
         for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
-            run_mode(mode, warm, 4)
+            run_mode(mode, first_call, 4)
 
         for n, prompt in enumerate(prompts):
             ids = engine.encode_fim(prompt.prefix, prompt.suffix)
@@ -270,8 +311,13 @@ def bench_engine(args) -> dict:
                 if same is not None:
                     t["identical"].append(same)
                 row[mode] = {"seconds": round(run.seconds, 3), "tokens": len(run.tokens), "identical": same}
+                if run.decode_s is not None:
+                    row[mode].update(prefill_s=round(run.prefill_s, 3), decode_s=round(run.decode_s, 3),
+                                     decode_tokens=run.decode_tokens)
                 if run.prompt_evaluated is not None:
                     row[mode]["prompt_evaluated"] = run.prompt_evaluated
+                elif run.stats is not None:  # prompt tokens the request computed (--warm: none; llama.cpp: 1)
+                    row[mode]["prompt_evaluated"] = run.stats.new_prompt_tokens
                 if same is False and (mode in clients or mode in (V1_MODE,) + NO_TORCH_PREFILL):
                     # Another weight format (Q4_K_M): differing is expected; where is enough, without a pass.
                     row[mode]["first_difference"] = first_difference(reference, run.tokens)
@@ -288,8 +334,8 @@ def bench_engine(args) -> dict:
     report = {"device": str(pair.device), "dtype": pair.activations, "target_weights": pair.target_weights,
               "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
               "pair": args.pair, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "modes": {},
-              "per_prompt": rows}
+              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "warm": warm,
+              "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
     if V1_MODE in modes:
         report["v1_dtype"] = str(v1_engine(args).pair.activations)
     for mode, t in totals.items():
@@ -318,7 +364,7 @@ def bench_engine(args) -> dict:
     if llama_decode:
         report["decode_speedup_vs_llama_cpp"] = {m: v["decode_tokens_per_s"] / llama_decode
                                                  for m, v in report["modes"].items() if v["decode_tokens_per_s"]}
-    report["pass_costs"] = pass_costs(pair, ids, args.k)
+    report["pass_costs"] = torch_thread.run(pass_costs, pair, ids, args.k)  # where the engine's passes ran
     engine.close()
     return report
 
@@ -406,6 +452,9 @@ def print_table(report: dict) -> None:
         for mode in report["modes"]:
             if "divergence" in row.get(mode, {}):
                 print(f"  {mode} differs from target on {row['name']}: {row[mode]['divergence']}")
+    for kind, per_mode in report.get("by_kind", {}).items():
+        print(f"  {kind:12s} x target, end to end (decode): " + "  ".join(
+            f"{mode} {t.get('x_target', nan):.2f} ({t.get('x_target_decode', nan):.2f})" for mode, t in per_mode.items()))
     costs = report.get("pass_costs", {})
     if costs:
         print("pass costs (ms): " + ", ".join(f"{k} {v:.1f}" if k != "draft_cost_ratio" else f"c = {v:.2f}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -21,6 +21,8 @@ from .policy import GainPolicy, PassCosts, SharedAcceptance, uncalibrated_costs
 from .prompt_ids import encode_pieces
 from .speculative import SpeculationController, generate
 from .suffix_index import SEPARATOR, SuffixIndex
+from .torch_thread import Queue, on_torch_thread
+from .torch_thread import run as on_the_torch_thread
 from .types import CancelToken, CompletionRequest, CompletionResult
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,7 @@ class Engine:
         # The LSP thread encodes while the worker decodes; a HF fast tokenizer may raise "Already borrowed"
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-engine")
+        self._worker = Queue()  # this engine's work on the process's one torch thread (engine/torch_thread.py)
         self.shared_passes = SharedPasses()
         self._healing_masks: HealingMasks | None = None
         # Open documents and earlier completions, for lookup drafts.
@@ -113,7 +115,8 @@ class Engine:
     def _healing(self) -> HealingMasks:
         if self._healing_masks is None:  # the vocabulary's bytes, once (~0.5 s for Qwen's 151k tokens)
             with self._tokenizer_lock:
-                self._healing_masks = HealingMasks(token_bytes(self.tokenizer))
+                table = token_bytes(self.tokenizer)
+            self._healing_masks = on_the_torch_thread(HealingMasks, table)  # its tensors: no OpenMP pool here
         return self._healing_masks
 
     def encode_fim(self, prefix: str, suffix: str) -> list[int]:
@@ -169,6 +172,8 @@ class Engine:
 
     def complete(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
                  on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
+        if not on_torch_thread():  # a direct call from another thread: its passes still run on the torch thread
+            return self.submit(request, cancel_token, on_tokens).result()
         with self._lock, self._working(), torch.inference_mode():
             session = self._session(request.session)
             drafter_name = self._available_drafter(request.drafter)
@@ -205,17 +210,22 @@ class Engine:
 
     def _prefill(self, key: str, ids: list[int], token: CancelToken, shared: int) -> int:
         with self._lock, self._working(), torch.inference_mode():
-            cache = self._session(key).target
+            session = self._session(key)
             self._set_phase("prefill")
             try:
-                cache.extend_to(ids, cancelled=token.is_set, shared=shared,
-                                finishing=self.shared_passes.finishing_for(key, ids, token))
+                session.target.extend_to(ids, cancelled=token.is_set, shared=shared,
+                                         finishing=self.shared_passes.finishing_for(key, ids, token))
+                if session.draft is not None and not token.is_set():
+                    # The draft model's view too: a request finding it cold pays its catch-up first (~1 s for the
+                    # ~450 tokens around the cursor on 2 cores), which is why the auto policy would not draft with
+                    # the model on a prompt it sees for the first time (docs/benchmarks.md, twenty-sixth).
+                    session.draft.extend_to(self._draft_view()(ids), cancelled=token.is_set)
             except BaseException:
                 self.sessions.pop(key, None)  # never reuse a cache a failure may have left half-written
                 raise
             finally:
                 self.shared_passes.done()
-            return len(cache.ids)
+            return len(session.target.ids)
 
     def prefill_spare(self, session: str, prompt_ids, cancel_token: CancelToken | None = None) -> Future:
         """Prefill prompt_ids into a spare target cache for `session`, leaving the session's own caches as they are:

@@ -18,6 +18,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .torch_thread import runs_on_torch_thread
+
 REPO_MODELS_TOML = Path(__file__).resolve().parents[1] / "models.toml"
 READY_MARKER = "codecue.json"
 log = logging.getLogger(__name__)
@@ -356,6 +358,7 @@ def model_config(spec: ModelSpec, home: Path | None = None):
     return AutoConfig.from_pretrained(model_dir(spec, home))
 
 
+@runs_on_torch_thread  # where the engine will run its passes: one OpenMP pool for the process
 def load_pair(name: str = "default", *, device: str | None = None, dtype: str | None = None,
               with_draft: bool | None = None, config: ModelsConfig | None = None, home: Path | None = None,
               target_weights: str | None = None, draft_weights: str | None = None,

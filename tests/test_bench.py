@@ -95,6 +95,46 @@ def test_unextended_modes_draft_without_the_lookup_extension(tmp_path, monkeypat
             assert [report["modes"][m]["extension_drafted"] for m in modes.split(",")] == [0, 0, 0]
 
 
+def test_warm_prompts_are_made_ready_untimed_and_the_kinds_are_compared_with_target_alone(tmp_path, monkeypatch,
+                                                                                          tiny_pair_env):
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    rows = ROWS + [{"name": "rep2", "kind": "repetitive", "prefix": "a = b\nc = d\na = b\nc =", "suffix": ""}]
+    prompts, out = tmp_path / "prompts.jsonl", tmp_path / "report.json"
+    prompts.write_text("\n".join(json.dumps(r) for r in rows))
+    reports = {}
+    for warm in (False, True):
+        assert main(["engine", "--pair", "tiny", "--prompts", str(prompts), "--max-new-tokens", "8",
+                     "--modes", "target,auto,speculative", "--json", str(out)] + ["--warm"] * warm) == 0
+        reports[warm] = json.loads(out.read_text())
+    for warm, report in reports.items():
+        assert report["warm"] is warm
+        assert all(m["identical_to_target"] for name, m in report["modes"].items() if name != "target")
+        for row in report["per_prompt"]:
+            for mode in ("target", "auto", "speculative"):
+                # Made ready: the request computes nothing of its prompt; cold: all but what it shares with nothing.
+                assert (row[mode]["prompt_evaluated"] == 0) is warm, (warm, mode, row)
+        kinds = report["by_kind"]
+        assert set(kinds) == {row["kind"] for row in report["per_prompt"]} and "repetitive" in kinds
+        for kind, per_mode in kinds.items():
+            mine = [row for row in report["per_prompt"] if row["kind"] == kind]
+            for mode, t in per_mode.items():
+                assert t["tokens"] == sum(row[mode]["tokens"] for row in mine)
+                assert t["seconds"] == pytest.approx(sum(row[mode]["seconds"] for row in mine), abs=0.01)
+                base = per_mode["target"]
+                assert t["x_target"] == pytest.approx((t["tokens"] / t["seconds"]) / (base["tokens"] / base["seconds"]),
+                                                      rel=0.01)
+            assert per_mode["target"]["x_target"] == 1.0
+
+
+def test_warm_refuses_modes_without_a_session(tmp_path, monkeypatch, tiny_pair_env, capsys):
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    assert main(["engine", "--pair", "tiny", "--prompts", str(write_prompts(tmp_path)), "--modes",
+                 "target,hf_assisted", "--warm"]) == 1
+    assert "--warm" in capsys.readouterr().err
+
+
 def test_identical_to_target_is_compared_only_against_a_real_target_run(tmp_path, monkeypatch, capsys,
                                                                         tiny_pair_env):
     from codecue_bench import engine_bench
@@ -103,8 +143,8 @@ def test_identical_to_target_is_compared_only_against_a_real_target_run(tmp_path
         monkeypatch.setenv(key, value)
     real = engine_bench.run_own_mode
 
-    def lookup_writes_other_tokens(engine, mode, ids, max_new_tokens, k):
-        run = real(engine, mode, ids, max_new_tokens, k)
+    def lookup_writes_other_tokens(engine, mode, ids, max_new_tokens, k, *rest):
+        run = real(engine, mode, ids, max_new_tokens, k, *rest)
         if mode == "lookup":  # a broken mode: every token differs from what the target would write
             run.tokens = [token ^ 1 for token in run.tokens] or [1]
         return run

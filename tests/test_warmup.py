@@ -96,6 +96,47 @@ def test_a_cancelled_prefill_keeps_what_it_computed_and_goes_on_from_there():
         engine.close()
 
 
+def test_a_prefill_readies_the_draft_models_view_too_and_the_request_drafts_from_it_at_once():
+    engine = tiny_engine("same")  # the draft model is the target: every draft is accepted
+    try:
+        prefix = "".join(f"value_{i} = compute({i})\n" for i in range(60))
+        ids = engine.encode_fim(prefix, "\nprint(value_0)\n")
+        assert engine.prefill("doc", ids).result() == len(ids)
+        session = engine._session("doc")
+        view = engine._draft_view()(ids)
+        assert len(view) < len(ids) and session.draft.ids == view  # the code around the cursor, not the whole prompt
+        draft_passes = []
+        forward = session.draft.forward
+        session.draft.forward = lambda new_ids, *a, **k: draft_passes.append(len(new_ids)) or forward(new_ids, *a, **k)
+        warm = engine.complete(CompletionRequest(ids, 12, session="doc", drafter="draft", max_draft_tokens=4))
+        assert draft_passes and max(draft_passes) <= 5  # no catch-up pass: drafts and the accepted tokens fed back
+        cold = tiny_engine("same").complete(CompletionRequest(ids, 12, drafter="draft", max_draft_tokens=4))
+        alone = tiny_engine("none").complete(CompletionRequest(ids, 12, drafter="none"))
+        assert warm.token_ids == cold.token_ids == alone.token_ids
+        assert warm.stats.new_prompt_tokens == 0
+    finally:
+        engine.close()
+
+
+def test_a_cancel_during_the_targets_prefill_leaves_the_draft_model_alone():
+    engine = tiny_engine("same")
+    try:
+        ids = engine.encode_fim("".join(f"value_{i} = compute({i})\n" for i in range(200)), "\n")
+        token = CancelToken()
+        session = engine._session("doc")
+        forward = session.target.forward
+
+        def cancel_after_first(new_ids, *args, **kwargs):
+            out = forward(new_ids, *args, **kwargs)
+            token.set()
+            return out
+        session.target.forward = cancel_after_first
+        held = engine.prefill("doc", ids, token).result()
+        assert 0 < held < len(ids) and engine._session("doc").draft.ids == []
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("next_session, next_ids, abandoned", [
     ("doc", "same", False),    # the same prompt again (the next rest at the same place): the pass goes on
     ("doc", "other", True),    # another prompt of the document: the cancelled pass stops
