@@ -71,7 +71,7 @@ class Engine:
         calibrated = getattr(pair, "costs", None)  # a policy.PassCosts from engine/calibrate.py, or None
         if calibrated is not None:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
-                                   draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None))
+                                   draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None), calibrated=True)
         else:
             self.costs = uncalibrated_costs(getattr(getattr(pair, "device", None), "type", "cpu"))
         self.acceptance = SharedAcceptance()

@@ -40,7 +40,10 @@ class PassCosts:
     The draft model's K tokens cost 1 + (K − 1)·extra_passes passes: 1 without its lookup extension, less where
     the extension fills drafts for free (learned online, `observe_extra_passes`).
     The observed_* fields are learned online (exponential moving averages of the loop's own timings); estimates
-    prefer them and rescale the prior's shape to them where a width was never seen."""
+    prefer them and rescale the prior's shape to them where a width was never seen. calibrated: the prior was
+    measured on this machine, so the first timing of a width moves it by the EMA's weight rather than replacing it
+    (a first call's one-time costs made the draft model's pass look 2x dearer than it is, and the policy, drafting
+    with it no more, never saw it cheaper; the neutral guess is only a shape, and the first timing replaces it)."""
     verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
     draft_ms: float | None = None
     draft_prefill_ms: float | None = None
@@ -51,6 +54,7 @@ class PassCosts:
     observed_lookup: float | None = None
     observed_extra_passes: float | None = None
     ema_weight: float = 0.2
+    calibrated: bool = False
     _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     def verify(self, width: int) -> float:
@@ -89,14 +93,17 @@ class PassCosts:
         return self.observed_lookup if self.observed_lookup is not None else NEUTRAL_LOOKUP_MS
 
     def observe_verify(self, width: int, ms: float) -> None:
-        self.observed_verify[width] = self._ema(self.observed_verify.get(width), ms)
+        old = self.observed_verify.get(width)
+        self.observed_verify[width] = self._ema(self.verify(width) if old is None and self.calibrated else old, ms)
         self._verify_cache.clear()
 
     def observe_draft(self, ms: float) -> None:
-        self.observed_draft = self._ema(self.observed_draft, ms)
+        old = self.observed_draft
+        self.observed_draft = self._ema(self.draft() if old is None and self.calibrated else old, ms)
 
     def observe_prefill(self, ms_per_token: float) -> None:
-        self.observed_prefill = self._ema(self.observed_prefill, ms_per_token)
+        old = self.observed_prefill
+        self.observed_prefill = self._ema(self.prefill() if old is None and self.calibrated else old, ms_per_token)
 
     def observe_extra_passes(self, ratio: float) -> None:
         self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)

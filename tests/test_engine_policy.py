@@ -92,6 +92,21 @@ def test_costs_learned_online_rescale_the_prior_and_override_it_where_measured()
     assert costs.draft() == 30.0
 
 
+def test_a_calibrated_prior_is_moved_by_a_first_timing_not_replaced_and_still_follows_a_change():
+    costs = PassCosts(verify_ms={1: 40.0, 2: 42.0, 4: 52.0, 8: 77.0}, draft_ms=10.0, draft_prefill_ms=2.0,
+                      calibrated=True)
+    costs.observe_draft(24.0)  # a first call's one-time costs
+    costs.observe_verify(1, 140.0)
+    costs.observe_prefill(12.0)
+    assert math.isclose(costs.draft(), 10.0 + 0.2 * 14.0) and math.isclose(costs.verify(1), 40.0 + 0.2 * 100.0)
+    assert math.isclose(costs.prefill(), 2.0 + 0.2 * 10.0)
+    assert math.isclose(costs.verify(8), 77.0 * 60.0 / 40.0)  # the prior's shape, rescaled to the blended estimate
+    for _ in range(30):
+        costs.observe_draft(16.0)
+        costs.observe_verify(1, 55.0)
+    assert abs(costs.draft() - 16.0) < 0.1 and abs(costs.verify(1) - 55.0) < 0.1  # this machine, now
+
+
 class FrozenCosts(PassCosts):
     """Costs that ignore the loop's timings, so a test's outcome does not depend on how fast the machine is."""
 
