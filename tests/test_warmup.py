@@ -137,6 +137,31 @@ def test_a_cancel_during_the_targets_prefill_leaves_the_draft_model_alone():
         engine.close()
 
 
+def test_a_keystroke_during_the_draft_models_prefill_stops_it_and_keeps_its_chunks():
+    engine = tiny_engine("same")
+    try:
+        ids = engine.encode_fim("".join(f"value_{i} = compute({i})\n" for i in range(200)), "\n")
+        view = engine._draft_view()(ids)
+        assert len(view) > 300  # more than one chunk of the draft model's prefill
+        token = CancelToken()
+        session = engine._session("doc")
+        forward, chunks = session.draft.forward, []
+
+        def keystroke_after_first(new_ids, *args, **kwargs):
+            chunks.append(len(new_ids))
+            out = forward(new_ids, *args, **kwargs)
+            token.set()
+            return out
+        session.draft.forward = keystroke_after_first
+        assert engine.prefill("doc", ids, token).result() == len(ids)  # the target's prefill had finished
+        assert len(chunks) == 1 and engine._session("doc").draft.ids == view[:chunks[0]]
+        session.draft.forward = forward
+        engine.prefill("doc", ids).result()  # the next rest goes on from there
+        assert engine._session("doc").draft.ids == view
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("next_session, next_ids, abandoned", [
     ("doc", "same", False),    # the same prompt again (the next rest at the same place): the pass goes on
     ("doc", "other", True),    # another prompt of the document: the cancelled pass stops
