@@ -21,8 +21,7 @@ from .policy import GainPolicy, PassCosts, SharedAcceptance, uncalibrated_costs
 from .prompt_ids import encode_pieces
 from .speculative import SpeculationController, generate
 from .suffix_index import SEPARATOR, SuffixIndex
-from .torch_thread import Queue, on_torch_thread
-from .torch_thread import run as on_the_torch_thread
+from . import torch_thread
 from .types import CancelToken, CompletionRequest, CompletionResult
 
 log = logging.getLogger(__name__)
@@ -61,7 +60,7 @@ class Engine:
         # The LSP thread encodes while the worker decodes; a HF fast tokenizer may raise "Already borrowed"
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
-        self._worker = Queue()  # this engine's work on the process's one torch thread (engine/torch_thread.py)
+        self._worker = torch_thread.Queue()  # this engine's work on the process's one torch thread (engine/torch_thread.py)
         self.shared_passes = SharedPasses()
         self._healing_masks: HealingMasks | None = None
         # Open documents and earlier completions, for lookup drafts.
@@ -116,7 +115,7 @@ class Engine:
         if self._healing_masks is None:  # the vocabulary's bytes, once (~0.5 s for Qwen's 151k tokens)
             with self._tokenizer_lock:
                 table = token_bytes(self.tokenizer)
-            self._healing_masks = on_the_torch_thread(HealingMasks, table)  # its tensors: no OpenMP pool here
+            self._healing_masks = torch_thread.run(HealingMasks, table)  # its tensors: no OpenMP pool here
         return self._healing_masks
 
     def encode_fim(self, prefix: str, suffix: str) -> list[int]:
@@ -172,7 +171,7 @@ class Engine:
 
     def complete(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
                  on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
-        if not on_torch_thread():  # a direct call from another thread: its passes still run on the torch thread
+        if not torch_thread.on_torch_thread():  # a direct call from another thread: its passes still run on the torch thread
             return self.submit(request, cancel_token, on_tokens).result()
         with self._lock, self._working(), torch.inference_mode():
             session = self._session(request.session)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, TypeVar
 
@@ -84,10 +85,5 @@ class Queue:
         if cancel_futures:
             for future in pending:
                 future.cancel()
-        if wait and not on_torch_thread():  # on the torch thread itself, waiting for its own queue would deadlock
-            for future in pending:
-                if not future.cancelled():
-                    try:
-                        future.exception()
-                    except BaseException:  # noqa: BLE001 - cancelled meanwhile; the caller only waits
-                        pass
+        if wait and not on_torch_thread():  # on the torch thread, waiting for its own queue would hang
+            futures.wait(pending)

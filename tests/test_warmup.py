@@ -69,6 +69,19 @@ def test_a_prefilled_session_answers_with_nothing_left_to_compute_and_as_a_fresh
         engine.close()
 
 
+def set_after_each_pass(cache, token: CancelToken) -> list[int]:
+    """Make `token` set after each of cache's passes (a keystroke arriving mid-prefill); returns the passes' widths."""
+    widths, forward = [], cache.forward
+
+    def forward_then_set(new_ids, *args, **kwargs):
+        widths.append(len(new_ids))
+        out = forward(new_ids, *args, **kwargs)
+        token.set()
+        return out
+    cache.forward = forward_then_set
+    return widths
+
+
 def test_a_cancelled_prefill_keeps_what_it_computed_and_goes_on_from_there():
     engine = tiny_engine("none")
     try:
@@ -77,17 +90,8 @@ def test_a_cancelled_prefill_keeps_what_it_computed_and_goes_on_from_there():
         token = CancelToken()
         token.set()
         assert engine.prefill("doc", ids, token).result() == 0  # cancelled before its first chunk
-        calls = []
-        session_cache = engine._session("doc").target
-        forward = session_cache.forward
-
-        def cancel_after_first(new_ids, *args, **kwargs):
-            calls.append(len(new_ids))
-            out = forward(new_ids, *args, **kwargs)
-            later.set()
-            return out
         later = CancelToken()
-        session_cache.forward = cancel_after_first
+        calls = set_after_each_pass(engine._session("doc").target, later)
         held = engine.prefill("doc", ids, later).result()
         assert held == calls[0] and 0 < held < len(ids)
         assert engine.prefill("doc", ids).result() == len(ids)
@@ -123,14 +127,7 @@ def test_a_cancel_during_the_targets_prefill_leaves_the_draft_model_alone():
     try:
         ids = engine.encode_fim("".join(f"value_{i} = compute({i})\n" for i in range(200)), "\n")
         token = CancelToken()
-        session = engine._session("doc")
-        forward = session.target.forward
-
-        def cancel_after_first(new_ids, *args, **kwargs):
-            out = forward(new_ids, *args, **kwargs)
-            token.set()
-            return out
-        session.target.forward = cancel_after_first
+        set_after_each_pass(engine._session("doc").target, token)
         held = engine.prefill("doc", ids, token).result()
         assert 0 < held < len(ids) and engine._session("doc").draft.ids == []
     finally:
@@ -144,18 +141,9 @@ def test_a_keystroke_during_the_draft_models_prefill_stops_it_and_keeps_its_chun
         view = engine._draft_view()(ids)
         assert len(view) > 300  # more than one chunk of the draft model's prefill
         token = CancelToken()
-        session = engine._session("doc")
-        forward, chunks = session.draft.forward, []
-
-        def keystroke_after_first(new_ids, *args, **kwargs):
-            chunks.append(len(new_ids))
-            out = forward(new_ids, *args, **kwargs)
-            token.set()
-            return out
-        session.draft.forward = keystroke_after_first
+        chunks = set_after_each_pass(engine._session("doc").draft, token)
         assert engine.prefill("doc", ids, token).result() == len(ids)  # the target's prefill had finished
         assert len(chunks) == 1 and engine._session("doc").draft.ids == view[:chunks[0]]
-        session.draft.forward = forward
         engine.prefill("doc", ids).result()  # the next rest goes on from there
         assert engine._session("doc").draft.ids == view
     finally:
