@@ -291,6 +291,9 @@ class GainPolicy:
         self.probe_every, self.since_drafting = probe_every, 0
         self.enabled = True  # False while the policy prefers target alone
         self.probes = 0
+        # Lookup-only passes since the draft model last drafted, and the gap before it is probed under a lookup.
+        self.since_model, self.model_probe_every = 0, probe_every
+        self.model_probes = 0
         self.model_k = 0  # the draft model's K in the pass just chosen (hybrid: its K after a lookup miss)
         self.lookup = None  # the request's LookupDrafter (set by the engine): enables the shadow
         self.shadow: Shadow | None = None
@@ -322,6 +325,7 @@ class GainPolicy:
         self.enabled = choice.drafter != "none"
         if self.enabled:
             self.since_drafting, self.probe_every = 0, self.min_probe_every
+            choice = self._probe_model_under_lookup(choice, max_k, lag, remaining)
         else:
             self.since_drafting += 1
             if self.since_drafting < self.probe_every:
@@ -336,6 +340,27 @@ class GainPolicy:
             self.probes += choice.drafter != "none"
         self.model_k = choice.model_k
         return choice.drafter, choice.k
+
+    def _probe_model_under_lookup(self, choice: Choice, max_k: int, lag: int, remaining: int) -> Choice:
+        """While lookups carry the session the draft model is not measured: two rejections at a completion's start
+        (its first tokens are its hardest) took its estimate from 0.9 to 0.41 and kept it off for the rest of a
+        64-token hole, where it would have been right 3 times in 4 (the lookup-only passes after a miss each gave
+        one token). So after a run of lookup-only passes the model drafts where the lookup next misses (hybrid
+        passes until it has drafted once: `report` disarms), with the gap between such probes doubling while
+        they do not win it back; never where the model could not pay even if mostly right."""
+        if choice.drafter != "lookup" or "hybrid" not in self.drafters:
+            if choice.model_k:
+                self.since_model, self.model_probe_every = 0, self.min_probe_every
+            return choice
+        self.since_model += 1
+        if self.since_model < self.model_probe_every:
+            return choice
+        hopeful = best_choice(self.costs, ("none", "draft"), min(max_k, 2), {"draft": 0.9, "lookup": 0.0}, 0.0,
+                              lag, remaining)
+        if hopeful.drafter != "draft":
+            self.since_model = 0
+            return choice
+        return Choice("hybrid", choice.k, hopeful.k, choice.rate)
 
     def expected_remaining(self, allowed: int) -> int:
         """The tokens a draft model's catch-up is spread over: what completions here have been running to, not
@@ -417,6 +442,11 @@ class GainPolicy:
         if drafter in ("lookup", "hybrid"):
             self.costs.observe_lookup(1000.0 * draft.lookup_seconds)
             self._add_hit(draft.source in LOOKUP_SOURCES)
+        if draft.source == "draft" and self.since_model:
+            if self.since_model >= self.model_probe_every:  # a probe under lookups: the next one waits longer
+                self.model_probes += 1
+                self.model_probe_every = min(2 * self.model_probe_every, self.max_probe_every)
+            self.since_model = 0
         if draft.tokens:
             self._add_trials(draft.source, accepted, accepted + (accepted < len(draft.tokens)))
         if draft.extended and accepted >= draft.own:  # the extension was reached: its own trials

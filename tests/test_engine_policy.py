@@ -16,6 +16,7 @@ ALL = ("none", "lookup", "draft", "hybrid")
 FLAT = {1: 100.0, 2: 101.0, 4: 103.0, 8: 108.0, 16: 120.0}  # bandwidth-bound: K+1 tokens cost about one
 STEEP = {1: 40.0, 2: 60.0, 4: 100.0, 8: 200.0, 16: 400.0}  # compute-bound (int4 on 2 cores)
 AVX2_FP32 = {1: 390.0, 5: 1099.0}  # the AVX2-only machine's measured fp32 passes (issue 8)
+ZEN4_VNNI = {1: 41.0, 5: 56.0, 9: 83.5}  # the Zen 4's passes in a warm bench run (draft model pass: 13.7 ms)
 
 
 def test_expected_tokens_and_interpolation():
@@ -146,6 +147,53 @@ def test_drafting_that_starts_paying_is_found_again_by_a_probe():
     assert not policy.enabled
     drafting = simulate(policy, 300, lambda d, k: k)  # now every draft is right
     assert policy.enabled and len(drafting) > 200
+
+
+def simulate_lookup_runs(policy, passes, model_accept):
+    """Drive a policy with all four drafters where every other lookup finds a match that is right for 4 tokens;
+    model_accept(k) -> accepted tokens of a draft-model draft. Returns the draft model's drafting passes."""
+    model_passes = []
+    for i in range(passes):
+        drafter, k = policy.choose([1, 2, 3], 1000)
+        model_k = k if drafter == "draft" else policy.model_k if drafter == "hybrid" else 0
+        if drafter in ("lookup", "hybrid") and i % 2 == 0:
+            draft = Draft(tokens=[9] * k, probs=[None] * k, source="prompt")
+            accepted = min(k, 4)
+        elif model_k:
+            draft = Draft(tokens=[9] * model_k, probs=[None] * model_k, source="draft", passes=model_k,
+                          steps=model_k, step_seconds=0.01 * model_k)
+            accepted = model_accept(model_k)
+            model_passes.append(i)
+        else:
+            draft, accepted = Draft(), 0
+        policy.report(drafter, draft, accepted, 0.1)
+    return model_passes
+
+
+def test_a_draft_model_written_off_early_is_probed_under_lookups_and_taken_back():
+    """Two rejections at a completion's start left the model's estimate at 0.41 and lookups alone carried the rest
+    of the hole (each miss a one-token pass); probes on lookup misses find the model right again."""
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(ZEN4_VNNI), draft_ms=13.7), ALL)
+    policy.trials["draft"] = [1.46, 3.52]  # where two early rejections left it
+    assert policy._choose([1, 2, 3], 1000)[0] == "lookup" and policy.model_k == 0
+    model_passes = simulate_lookup_runs(policy, 60, lambda k: k)  # from now on the model is always right
+    assert policy.model_probes >= 1 and model_passes and model_passes[0] <= 2 * policy.min_probe_every
+    assert len(model_passes) > 20  # taken back: it fills most lookup misses from then on
+    assert policy.alpha("draft") > 0.8
+
+
+def test_a_draft_model_that_stays_wrong_is_probed_with_a_doubling_gap():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(ZEN4_VNNI), draft_ms=13.7), ALL)
+    policy.trials["draft"] = [0.0, 10.0]
+    model_passes = simulate_lookup_runs(policy, 2000, lambda k: 0)
+    assert 3 <= policy.model_probes <= 10 and len(model_passes) <= policy.model_probes
+    assert all(b - a >= 2 * policy.min_probe_every for a, b in zip(model_passes[1:], model_passes[2:]))
+
+
+def test_a_draft_model_that_cannot_pay_is_not_probed_under_lookups():
+    policy = GainPolicy(FrozenCosts(verify_ms=dict(AVX2_FP32), draft_ms=432.0), ALL)
+    simulate_lookup_runs(policy, 500, lambda k: k)
+    assert policy.model_probes == 0
 
 
 def test_drafting_that_cannot_pay_is_never_tried():
