@@ -272,7 +272,9 @@ class GainPolicy:
     gets tried. When the policy settles on target alone it still probes a drafter now and then, with K = 2 and
     with the gap between probes doubling each time, so a session whose drafts are never accepted does O(log n)
     probe passes. Given the request's lookup drafter (`lookup`), it never probes the lookup: while the lookup is
-    not drafting, its proposals are scored in the shadow against what the target writes (`Shadow`)."""
+    not drafting, its proposals are scored in the shadow against what the target writes (`Shadow`). While lookups
+    alone carry the session, the draft model is probed the same way, on a lookup miss
+    (`_probe_model_under_lookup`)."""
 
     def __init__(self, costs: PassCosts, drafters=("none", "lookup", "draft", "hybrid"), max_k: int = 8,
                  draft_lag=None, seed_alpha: float = 0.8, decay: float = 0.9, probe_every: int = 8,
