@@ -93,23 +93,25 @@ class PassCosts:
         return self.observed_lookup if self.observed_lookup is not None else NEUTRAL_LOOKUP_MS
 
     def observe_verify(self, width: int, ms: float) -> None:
-        old = self.observed_verify.get(width)
-        self.observed_verify[width] = self._ema(self.verify(width) if old is None and self.calibrated else old, ms)
+        self.observed_verify[width] = self._learn(self.observed_verify.get(width), lambda: self.verify(width), ms)
         self._verify_cache.clear()
 
     def observe_draft(self, ms: float) -> None:
-        old = self.observed_draft
-        self.observed_draft = self._ema(self.draft() if old is None and self.calibrated else old, ms)
+        self.observed_draft = self._learn(self.observed_draft, self.draft, ms)
 
     def observe_prefill(self, ms_per_token: float) -> None:
-        old = self.observed_prefill
-        self.observed_prefill = self._ema(self.prefill() if old is None and self.calibrated else old, ms_per_token)
+        self.observed_prefill = self._learn(self.observed_prefill, self.prefill, ms_per_token)
 
     def observe_extra_passes(self, ratio: float) -> None:
         self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)
 
     def observe_lookup(self, ms: float) -> None:
         self.observed_lookup = self._ema(self.observed_lookup, ms)
+
+    def _learn(self, old: float | None, prior, new: float) -> float:
+        """The EMA of a cost the loop timed; its first timing moves a calibrated prior (prior()) rather than
+        replacing it."""
+        return self._ema(prior() if old is None and self.calibrated else old, new)
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.ema_weight * (new - old)

@@ -69,6 +69,11 @@ def test_a_prefilled_session_answers_with_nothing_left_to_compute_and_as_a_fresh
         engine.close()
 
 
+def assignments(n: int) -> str:
+    """n lines of code to prefill: long enough for several chunks of a prefill at 200."""
+    return "".join(f"value_{i} = compute({i})\n" for i in range(n))
+
+
 def set_after_each_pass(cache, token: CancelToken) -> list[int]:
     """Make `token` set after each of cache's passes (a keystroke arriving mid-prefill); returns the passes' widths."""
     widths, forward = [], cache.forward
@@ -85,7 +90,7 @@ def set_after_each_pass(cache, token: CancelToken) -> list[int]:
 def test_a_cancelled_prefill_keeps_what_it_computed_and_goes_on_from_there():
     engine = tiny_engine("none")
     try:
-        ids = engine.encode("".join(f"value_{i} = compute({i})\n" for i in range(200)))
+        ids = engine.encode(assignments(200))
         assert len(ids) > 1200
         token = CancelToken()
         token.set()
@@ -103,7 +108,7 @@ def test_a_cancelled_prefill_keeps_what_it_computed_and_goes_on_from_there():
 def test_a_prefill_readies_the_draft_models_view_too_and_the_request_drafts_from_it_at_once():
     engine = tiny_engine("same")  # the draft model is the target: every draft is accepted
     try:
-        prefix = "".join(f"value_{i} = compute({i})\n" for i in range(60))
+        prefix = assignments(60)
         ids = engine.encode_fim(prefix, "\nprint(value_0)\n")
         assert engine.prefill("doc", ids).result() == len(ids)
         session = engine._session("doc")
@@ -125,7 +130,7 @@ def test_a_prefill_readies_the_draft_models_view_too_and_the_request_drafts_from
 def test_a_cancel_during_the_targets_prefill_leaves_the_draft_model_alone():
     engine = tiny_engine("same")
     try:
-        ids = engine.encode_fim("".join(f"value_{i} = compute({i})\n" for i in range(200)), "\n")
+        ids = engine.encode_fim(assignments(200), "\n")
         token = CancelToken()
         set_after_each_pass(engine._session("doc").target, token)
         held = engine.prefill("doc", ids, token).result()
@@ -137,7 +142,7 @@ def test_a_cancel_during_the_targets_prefill_leaves_the_draft_model_alone():
 def test_a_keystroke_during_the_draft_models_prefill_stops_it_and_keeps_its_chunks():
     engine = tiny_engine("same")
     try:
-        ids = engine.encode_fim("".join(f"value_{i} = compute({i})\n" for i in range(200)), "\n")
+        ids = engine.encode_fim(assignments(200), "\n")
         view = engine._draft_view()(ids)
         assert len(view) > 300  # more than one chunk of the draft model's prefill
         token = CancelToken()
