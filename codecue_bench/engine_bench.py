@@ -53,7 +53,8 @@ class Run:
     prompt_evaluated: int | None = None  # llama.cpp: prompt tokens not served from its prompt cache
 
 
-def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int, warm: bool = False) -> Run:
+def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int, warm: bool = False,
+                 kind: str = "") -> Run:
     from engine.types import CompletionRequest
 
     session = f"bench:{mode}" if warm else None
@@ -61,7 +62,7 @@ def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, 
         engine.prefill(session, prompt_ids).result()
     started = time.perf_counter()
     result = engine.complete(CompletionRequest(prompt_ids, max_new_tokens, drafter=DRAFTER_OF_MODE[mode],
-                                               max_draft_tokens=k, session=session))
+                                               max_draft_tokens=k, session=session, kind=kind))
     seconds = time.perf_counter() - started
     if warm:  # the next prompt starts cold again, its lookups without this completion in the session's history
         engine.forget_session(session).result()
@@ -69,6 +70,12 @@ def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, 
     # Decode = the passes after the first token, counted as llama.cpp counts its own (see run_llama).
     return Run(result.token_ids, seconds, s.seconds_prefill, s.seconds_total - s.seconds_first_token,
                s.produced - s.first_pass_tokens, s)
+
+
+def request_kind(prompt_kind: str) -> str:
+    """The request kind the server would send (CompletionRequest.kind): line mode for a single-line hole, block mode
+    for the multi-line and repetitive ones."""
+    return "line" if prompt_kind == "line" else "block"
 
 
 def run_hf_assisted(pair, prompt_ids: list[int], max_new_tokens: int, stop_ids: list[int]) -> Run:
@@ -269,7 +276,7 @@ def bench_engine(args) -> dict:
     with contextlib.ExitStack() as stack:  # llama-servers we start are always stopped, whatever happens
         clients = {m: start_llama(stack, m, args, pair) for m in modes if m in LLAMA_MODES}
 
-        def run_mode(mode, ids, max_new_tokens) -> Run:
+        def run_mode(mode, ids, max_new_tokens, kind: str = "") -> Run:
             if mode in clients:
                 return run_llama(clients[mode], ids, max_new_tokens, stop_ids, warm)
             if mode == "hf_assisted":
@@ -277,7 +284,7 @@ def bench_engine(args) -> dict:
             if mode == V1_MODE:
                 return run_own_mode(v1_engine(args), "hybrid", ids, max_new_tokens, args.k)
             with mode_setting(mode, pair):  # around the untimed prefill of --warm too: it feeds the draft's view
-                return run_own_mode(engine, mode, ids, max_new_tokens, args.k, warm)
+                return run_own_mode(engine, mode, ids, max_new_tokens, args.k, warm, kind)
 
         first_call = engine.encode_fim("def add(a, b):\n", "\n")
         for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
@@ -286,7 +293,7 @@ def bench_engine(args) -> dict:
         for n, prompt in enumerate(prompts):
             ids = engine.encode_fim(prompt.prefix, prompt.suffix)
             row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids)}
-            runs = {mode: run_mode(mode, ids, args.max_new_tokens) for mode in modes}
+            runs = {mode: run_mode(mode, ids, args.max_new_tokens, request_kind(prompt.kind)) for mode in modes}
             # Only target alone on this very prompt is a reference: without that run nothing is compared (None),
             # and target alone is not compared with itself.
             reference = runs["target"].tokens if "target" in runs else None

@@ -152,6 +152,7 @@ class Completer:
             stop=make_stop_predicate(built),
             session=session,
             drafter=settings.drafter,
+            kind=built.mode,
         )
         return Prepared(built=built, request=request, total=total)
 

@@ -192,7 +192,7 @@ class Engine:
             finally:
                 self.shared_passes.done()
             if result.finish_reason != "cancelled":
-                self.acceptance.add_length(len(result.token_ids))
+                self.acceptance.add_length(len(result.token_ids), request.kind)
             if request.session is not None and result.token_ids:
                 self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
             return result
@@ -320,7 +320,7 @@ class Engine:
                     if draft_cache is not None else None
                 session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag,
                                             shared=self.acceptance)
-            session.policy.max_k = request.max_draft_tokens
+            session.policy.max_k, session.policy.kind = request.max_draft_tokens, request.kind
             return session.policy
         controller = session.controllers.setdefault(name, SpeculationController(max_k=request.max_draft_tokens))
         controller.max_k = request.max_draft_tokens

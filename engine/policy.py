@@ -213,7 +213,10 @@ class SharedAcceptance:
     (the bench's fresh sessions showed the guess costing a draft-model prefill on every new document)."""
     trials: dict[str, list[float]] = field(default_factory=dict)
     hits: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    lengths: list[float] = field(default_factory=lambda: [0.0, 0.0])  # decaying [tokens, completions] finished
+    # Decaying [tokens, completions] finished, per request kind (CompletionRequest.kind): single lines stop after
+    # ~5-15 tokens, blocks run to 50-64, and priced over the lines' lengths a block's draft-model catch-up never
+    # paid under AVX2 (docs/benchmarks.md, twenty-eighth).
+    lengths: dict[str, list[float]] = field(default_factory=dict)
     decay: float = 0.98
     min_tried: float = 4.0  # below this much evidence a source keeps the session's optimistic seed
 
@@ -224,13 +227,14 @@ class SharedAcceptance:
     def add_hit(self, found: bool) -> None:
         self.hits = [self.decay * self.hits[0] + found, self.decay * self.hits[1] + 1]
 
-    def add_length(self, tokens: int) -> None:
-        self.lengths = [self.decay * self.lengths[0] + tokens, self.decay * self.lengths[1] + 1]
+    def add_length(self, tokens: int, kind: str = "") -> None:
+        old = self.lengths.get(kind, (0.0, 0.0))
+        self.lengths[kind] = [self.decay * old[0] + tokens, self.decay * old[1] + 1]
 
-    def typical_length(self) -> float | None:
-        """Tokens a completion has been running to (a single line stops after ~5-15 of its 64 allowed); None
-        before a few have finished."""
-        tokens, count = self.lengths
+    def typical_length(self, kind: str = "") -> float | None:
+        """Tokens a completion of this kind has been running to (a single line stops after ~5-15 of its 64
+        allowed); None before a few have finished."""
+        tokens, count = self.lengths.get(kind, (0.0, 0.0))
         return tokens / count if count >= self.min_tried else None
 
     def seed(self, source: str, default: list[float]) -> list[float]:
@@ -285,6 +289,7 @@ class GainPolicy:
         self.draft_lag = draft_lag  # tokens -> how many of them the draft model has not seen yet
         self.decay = decay
         self.shared = shared
+        self.kind = ""  # the request's kind (CompletionRequest.kind, set by the engine): completion lengths per kind
         optimistic = [2 * seed_alpha, 2.0]
         self.trials = {s: shared.seed(s, optimistic) if shared else list(optimistic)  # [accepted, tried]
                        for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES)}
@@ -370,7 +375,7 @@ class GainPolicy:
         """The tokens a draft model's catch-up is spread over: what completions here have been running to, not
         what the request allows (a catch-up of a 300-token prompt priced over 64 tokens looked cheap, and the line
         stopped after 9: auto ran 0.93x target alone on single-line holes)."""
-        typical = self.shared.typical_length() if self.shared is not None else None
+        typical = self.shared.typical_length(self.kind) if self.shared is not None else None
         return allowed if typical is None else max(1, min(allowed, round(typical)))
 
     def _score_shadow(self, tokens: list[int]) -> None:

@@ -64,6 +64,9 @@ class CompletionRequest:
     # the typed line comes after the FIM middle): a cancelled prefill pass inside them ends rather than losing its
     # work, unless the request that follows does not share it after all (kvcache.SharedPasses).
     shared_prefix: int = 0
+    # What the client asks for ("line" or "block": the server's prompt mode; "" unknown). The auto policy expects a
+    # completion to run as long as earlier ones of its kind: single lines stop after ~5-15 tokens, blocks run to 50-64.
+    kind: str = ""
 
 
 @dataclass

@@ -439,3 +439,35 @@ def test_the_engine_counts_how_long_completions_run():
     weights = [engine.acceptance.decay ** (len(lengths) - 1 - i) for i in range(len(lengths))]
     want = sum(w * n for w, n in zip(weights, lengths)) / sum(weights)
     assert engine.acceptance.typical_length() == pytest.approx(want) and 3 < want < 11
+
+
+def test_a_block_is_not_priced_over_how_long_single_lines_ran():
+    """Lines stop after ~8 tokens, blocks run to 64: a draft-model catch-up that pays over a block's 64 tokens was
+    priced over the lines' 8 and never chosen, and under AVX2 no probe of the draft model fired for a whole block
+    (docs/benchmarks.md, twenty-eighth). Lengths are pooled per request kind."""
+    from engine.policy import SharedAcceptance
+
+    shared = SharedAcceptance()
+    for _ in range(20):
+        shared.add_length(8, "line")
+    costs = PassCosts(verify_ms=dict(FLAT), draft_ms=20.0, draft_prefill_ms=1.5)
+    policy = GainPolicy(costs, ("none", "draft"), 8, draft_lag=lambda tokens: 300, shared=shared)
+    policy.kind = "line"
+    assert policy.expected_remaining(64) == 8 and policy.choose(list(range(300)), 63)[0] == "none"
+    policy.kind = "block"
+    assert policy.expected_remaining(64) == 64 and policy.choose(list(range(300)), 63)[0] == "draft"
+    for _ in range(20):
+        shared.add_length(50, "block")
+    assert policy.expected_remaining(64) == 50
+
+
+def test_the_engine_counts_lengths_per_request_kind():
+    engine = tiny_engine()
+    prompt = random_prompt(6, 40)
+    for n in (3, 5, 7, 9):
+        engine.complete(CompletionRequest(prompt, n, drafter="auto", kind="line", session="doc"))
+    engine.complete(CompletionRequest(prompt, 11, drafter="auto", kind="block", session="doc"))
+    line_tokens, line_count = engine.acceptance.lengths["line"]
+    assert line_count == pytest.approx(sum(0.98 ** i for i in range(4))) and line_tokens <= 3 + 5 + 7 + 9
+    assert engine.acceptance.lengths["block"][1] == 1.0 and "" not in engine.acceptance.lengths
+    assert engine.sessions["doc"].policy.kind == "block"

@@ -87,6 +87,7 @@ def test_the_completer_sizes_prompts_from_the_engines_measured_prefill(rate, ask
         tokens = len(prepared.request.prompt_ids) + bool(prepared.request.heal)  # healing held one token back
         # The document is far longer: the budget bounds the prompt (the prefix starts at a statement boundary).
         assert 0.75 * most < tokens <= most
+        assert prepared.request.kind == prepared.built.mode in ("line", "block")  # the policy pools per kind
     finally:
         engine.close()
 
