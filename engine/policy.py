@@ -372,8 +372,8 @@ class GainPolicy:
         return Choice("hybrid", choice.k, hopeful.k, choice.rate)
 
     def expected_remaining(self, allowed: int) -> int:
-        """The tokens a draft model's catch-up is spread over: what completions here have been running to, not
-        what the request allows (a catch-up of a 300-token prompt priced over 64 tokens looked cheap, and the line
+        """The tokens a draft model's catch-up is spread over: what completions of this kind have been running to,
+        not what the request allows (a catch-up of a 300-token prompt priced over 64 tokens looked cheap, and the line
         stopped after 9: auto ran 0.93x target alone on single-line holes)."""
         typical = self.shared.typical_length(self.kind) if self.shared is not None else None
         return allowed if typical is None else max(1, min(allowed, round(typical)))

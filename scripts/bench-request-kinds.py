@@ -10,28 +10,20 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codecue_bench.engine_bench import request_kind  # noqa: E402
+from codecue_bench.engine_bench import request_kind, run_own_mode  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.models import load_pair  # noqa: E402
 from engine.types import CompletionRequest  # noqa: E402
 
-MODES = (("target alone", "none", False), ("auto without kinds", "auto", False), ("auto with kinds", "auto", True),
-         ("draft model", "draft", True))
-
-
-def timed(engine: Engine, ids: list[int], drafter: str, kind: str):
-    engine.prefill("bench", ids).result()
-    started = time.perf_counter()
-    result = engine.complete(CompletionRequest(ids, 64, drafter=drafter, session="bench", kind=kind))
-    seconds = time.perf_counter() - started
-    engine.forget_session("bench").result()
-    return seconds, result.token_ids
+# (name printed, the engine bench's mode, sent with the request's kind)
+MODES = (("target alone", "target", False), ("auto without kinds", "auto", False), ("auto with kinds", "auto", True),
+         ("draft model", "speculative", True))
+K = 8  # drafted tokens at most, as `codecue-bench engine`'s default
 
 
 def main() -> None:
@@ -47,12 +39,13 @@ def main() -> None:
         for prompt in prompts:
             ids = with_kinds.encode_fim(prompt["prefix"], prompt["suffix"])
             reference = None
-            for name, drafter, kinds in (MODES if turn % 2 == 0 else MODES[::-1]):
+            for name, mode, kinds in (MODES if turn % 2 == 0 else MODES[::-1]):
                 engine = with_kinds if kinds else without
-                spent, tokens = timed(engine, ids, drafter, request_kind(prompt["kind"]) if kinds else "")
-                reference = tokens if reference is None else reference
-                assert tokens == reference, f"{prompt['name']}: {name} differs"
-                seconds[prompt["kind"], name] = seconds.get((prompt["kind"], name), 0.0) + spent
+                run = run_own_mode(engine, mode, ids, 64, K, warm=True,
+                                   kind=request_kind(prompt["kind"]) if kinds else "")
+                reference = run.tokens if reference is None else reference
+                assert run.tokens == reference, f"{prompt['name']}: {name} differs"
+                seconds[prompt["kind"], name] = seconds.get((prompt["kind"], name), 0.0) + run.seconds
         print(f"round {turn + 1} of {rounds} done", flush=True)
     kinds = sorted({kind for kind, _ in seconds})
     for name, _, _ in MODES:
