@@ -15,6 +15,8 @@ offered (`available()`); the same arithmetic runs lane by lane (`use_simd=False`
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -49,21 +51,46 @@ def kernel(march: str | None = None):
 def _kernel(march: str):
     from torch.utils import cpp_extension
 
+    tag = march_tag(march)
+    build = build_folder(march)
+    build.mkdir(parents=True, exist_ok=True)
+    try:
+        with exclusive_build(build):
+            return cpp_extension.load(
+                name="codecue_vnni_linear" + tag.replace("-", "_"), sources=[str(source) for source in SOURCES],
+                build_directory=str(build), extra_cflags=["-O3", f"-march={march}", "-fopenmp"],
+                extra_ldflags=["-fopenmp"], verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
+    except Exception as exc:  # no compiler, no ninja, a compile error
+        raise KernelUnavailable(f"the vnni kernel could not be built ({exc})") from exc
+
+
+def march_tag(march: str) -> str:
+    return "" if march == "native" else "-" + "".join(c if c.isalnum() else "_" for c in march)
+
+
+def build_folder(march: str) -> Path:
     from .models import codecue_home
 
     # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
     digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)).hexdigest()[:12]
     builds = Path(os.environ.get("CODECUE_EXTENSIONS") or codecue_home() / "extensions")
-    tag = "" if march == "native" else "-" + "".join(c if c.isalnum() else "_" for c in march)
-    build = builds / f"vnni-{torch.__version__}-{digest}{tag}".replace("+", "_")
-    build.mkdir(parents=True, exist_ok=True)
-    try:
-        return cpp_extension.load(
-            name="codecue_vnni_linear" + tag.replace("-", "_"), sources=[str(source) for source in SOURCES],
-            build_directory=str(build), extra_cflags=["-O3", f"-march={march}", "-fopenmp"],
-            extra_ldflags=["-fopenmp"], verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
-    except Exception as exc:  # no compiler, no ninja, a compile error
-        raise KernelUnavailable(f"the vnni kernel could not be built ({exc})") from exc
+    return builds / f"vnni-{torch.__version__}-{digest}{march_tag(march)}".replace("+", "_")
+
+
+@contextlib.contextmanager
+def exclusive_build(build: Path):
+    """Hold an OS lock on the build folder while torch builds or loads the extension, and clear a `lock` file left
+    behind. torch's own lock is a file created with O_EXCL and deleted when the build ends; a build killed midway
+    (Ctrl-C at first start, an editor stopping the server) leaves it, and every later start waited on it forever,
+    silently. An flock dies with its process, so while it is held no other CodeCue process is building here and a
+    `lock` file is stale."""
+    with open(build / "codecue.flock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process building here: wait for it, then load its build
+        stale = build / "lock"
+        if stale.exists():
+            log.warning("removing %s, left by a kernel build that did not finish", stale)
+            stale.unlink(missing_ok=True)
+        yield
 
 
 def available() -> bool:

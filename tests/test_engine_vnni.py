@@ -2,6 +2,11 @@
 depend on the other tokens of its pass (exact speculation and the format cache: tests/test_engine_gguf.py)."""
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -319,3 +324,25 @@ def test_prefill_chunks_of_a_vnni_layer_go_through_its_int8_copy_and_steps_throu
         assert relative_error(plain_layer(long_), want) > relative_error(layer(long_), want)  # not the 4-bit grid
     assert not any("prefill" in k for k in model.state_dict())
     assert set_prefill_weights(model, None) == 0 and "prefill_scale" not in dict(layer.named_buffers())
+
+
+def test_a_lock_left_by_a_killed_build_does_not_stop_the_next_start():
+    """torch's build lock is a file that a killed build leaves behind; a start then waited on it forever."""
+    vnni.kernel()  # built (or loaded) here first, so the child only loads
+    stale = vnni.build_folder("native") / "lock"
+    stale.touch()
+    child = subprocess.run([sys.executable, "-c", "from engine import vnni; print(vnni.kernel().simd())"],
+                           capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == vnni.kernel().simd()
+    assert not stale.exists()
+
+
+def test_one_process_at_a_time_builds_in_a_folder(tmp_path):
+    (tmp_path / "lock").touch()
+    with vnni.exclusive_build(tmp_path):
+        assert not (tmp_path / "lock").exists()
+        with open(tmp_path / "codecue.flock") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(tmp_path / "codecue.flock") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the build
