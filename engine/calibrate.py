@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from .policy import expected_tokens, interpolate
+from .pass_costs import interpolate
+from .policy import expected_tokens
 
 log = logging.getLogger(__name__)
 

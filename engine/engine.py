@@ -17,7 +17,8 @@ from .healing import HealingMasks, back_off, token_bytes
 from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
 from .machine_choice import target_prefill_tok_s
 from .models import LoadedPair
-from .policy import GainPolicy, PassCosts, SharedAcceptance, uncalibrated_costs
+from .pass_costs import PassCosts, uncalibrated_costs
+from .policy import GainPolicy, SharedAcceptance
 from .prompt_ids import encode_pieces
 from .speculative import SpeculationController, generate
 from .suffix_index import SEPARATOR, SuffixIndex
@@ -67,9 +68,10 @@ class Engine:
         self.workspace = SuffixIndex()
         # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
         # shared by all sessions (a machine property). Acceptance is per session, seeded from the pool of all sessions.
-        calibrated = getattr(pair, "costs", None)  # a policy.PassCosts from engine/calibrate.py, or None
+        calibrated = getattr(pair, "costs", None)  # a pass_costs.PassCosts from engine/calibrate.py, or None
         if calibrated is not None:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
+                                   draft_pass_ms=getattr(calibrated, "draft_pass_ms", None),
                                    draft_prefill_ms=getattr(calibrated, "draft_prefill_ms", None), calibrated=True)
         else:
             self.costs = uncalibrated_costs(getattr(getattr(pair, "device", None), "type", "cpu"))

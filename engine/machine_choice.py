@@ -88,14 +88,17 @@ def size_prefill_chunks(cal, choice, target, draft) -> None:
 
 def pass_costs_from(cal, choice):
     """The calibrated pass costs of the chosen formats, for the drafting policy (engine/policy.py)."""
-    from .policy import PassCosts
+    from .pass_costs import PassCosts
 
     target = cal.get("target", choice.target_weights, choice.target_activations)
     draft = cal.get("draft", choice.draft_weights, choice.draft_activations) if choice.draft_weights else None
     if target is None:
         return None
-    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1] if draft is not None else None,
-                     draft_prefill_ms=1000 / draft.prefill_used_tok_s if draft is not None and draft.complete else None)
+    if draft is None:
+        return PassCosts(verify_ms=dict(target.pass_ms))
+    return PassCosts(verify_ms=dict(target.pass_ms), draft_ms=draft.pass_ms[1],
+                     draft_pass_ms=dict(draft.pass_ms) if draft.complete else None,
+                     draft_prefill_ms=1000 / draft.prefill_used_tok_s if draft.complete else None)
 
 
 def target_prefill_tok_s(cal, choice) -> float | None:

@@ -217,7 +217,7 @@ class LoadedPair:
     target_weights: str = "dense"
     draft_weights: str | None = None
     draft_dtype: object = None
-    costs: object | None = None  # engine.policy.PassCosts from the calibration, when there is one
+    costs: object | None = None  # engine.pass_costs.PassCosts from the calibration, when there is one
     calibration: object | None = None  # engine.calibrate.Calibration
     choice: object | None = None  # engine.calibrate.Choice
     compiled: bool = False  # the target runs compiled static steps

@@ -7,136 +7,16 @@ draft). Target alone yields 1 token per T_verify(1). Drafting is chosen only whe
 a machine where drafting does not pay nothing is drafted (apart from rare, ever rarer probes that keep the
 acceptance estimate honest).
 
-Pass costs come from a calibration (`PassCosts`, attached to the loaded pair as `pair.costs`) or from a neutral
-guess, and are refined online from the loop's own timings either way.
+Pass costs (engine/pass_costs.py) come from a calibration (attached to the loaded pair as `pair.costs`) or from a
+neutral guess, and are refined online from the loop's own timings either way.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .pass_costs import PREFILL_MIN_TOKENS, PassCosts
+
 LOOKUP_SOURCES = ("prompt", "workspace", "history")
-# Without a calibration: the shape of a bandwidth-bound verify pass (ms, K+1 tokens -> about the cost of one),
-# rescaled by the first real timings; and c = draft pass / target pass ≈ 0.4 (0.5B vs 1.5B on CPU).
-NEUTRAL_VERIFY_MS = {1: 100.0, 2: 104.0, 4: 112.0, 8: 135.0, 16: 190.0}
-NEUTRAL_DRAFT_RATIO = 0.4
-# Without a calibration on a GPU (its dense bf16 format is not calibrated): the H200's compiled passes of the 1.5B /
-# 0.5B shapes (docs/benchmarks.md, GPU): launch-bound, so a 9-token verify costs 1.34x a one-token pass and the
-# draft model's pass 0.82x the target's: there the draft model rarely pays, lookup drafts do.
-GPU_VERIFY_MS = {1: 3.34, 4: 4.47, 9: 4.48}
-GPU_DRAFT_RATIO = 0.82
-NEUTRAL_LOOKUP_MS = 0.2
-NEUTRAL_PREFILL_RATIO = 0.1  # the draft model's catch-up, ms per token ÷ its one-token pass
-PREFILL_MIN_TOKENS = 16  # catch-ups at least this long teach the prefill cost per token
-
-
-@dataclass
-class PassCosts:
-    """What one pass costs on this machine, in milliseconds.
-
-    verify_ms: target pass cost by width (tokens in the pass: 1 = plain decoding, K+1 = verify K drafts); widths
-    in between are interpolated, beyond the largest extrapolated along the last segment.
-    draft_ms: the draft model's one-token pass (None: no draft model, or not measured).
-    draft_prefill_ms: the draft model's prefill, ms per token (None: not measured).
-    The draft model's K tokens cost 1 + (K − 1)·extra_passes passes: 1 without its lookup extension, less where
-    the extension fills drafts for free (learned online, `observe_extra_passes`).
-    The observed_* fields are learned online (exponential moving averages of the loop's own timings); estimates
-    prefer them and rescale the prior's shape to them where a width was never seen. calibrated: the prior was
-    measured on this machine, so the first timing of a width moves it by the EMA's weight rather than replacing it
-    (a first call's one-time costs made the draft model's pass look 2x dearer than it is, and the policy, drafting
-    with it no more, never saw it cheaper; the neutral guess is only a shape, and the first timing replaces it)."""
-    verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
-    draft_ms: float | None = None
-    draft_prefill_ms: float | None = None
-    draft_ratio: float = NEUTRAL_DRAFT_RATIO  # draft pass ÷ target pass where draft_ms is not known
-    observed_verify: dict[int, float] = field(default_factory=dict)
-    observed_draft: float | None = None
-    observed_prefill: float | None = None
-    observed_lookup: float | None = None
-    observed_extra_passes: float | None = None
-    ema_weight: float = 0.2
-    calibrated: bool = False
-    _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
-
-    def verify(self, width: int) -> float:
-        cached = self._verify_cache.get(width)
-        if cached is None:
-            cached = self._verify_cache[width] = interpolate(self._verify_table(), width)
-        return cached
-
-    def _verify_table(self) -> dict[int, float]:
-        prior = self.verify_ms
-        if not self.observed_verify:
-            return prior
-        table = {}
-        for w, ms in prior.items():  # the prior's shape, scaled to match the nearest width measured here
-            near = min(self.observed_verify, key=lambda o: (abs(o - w), o))
-            table[w] = ms * self.observed_verify[near] / interpolate(prior, near)
-        table.update(self.observed_verify)
-        return table
-
-    def draft(self) -> float:
-        if self.observed_draft is not None:
-            return self.observed_draft
-        return self.draft_ms if self.draft_ms is not None else self.draft_ratio * self.verify(1)
-
-    def prefill(self) -> float:
-        if self.observed_prefill is not None:
-            return self.observed_prefill
-        return self.draft_prefill_ms if self.draft_prefill_ms is not None else NEUTRAL_PREFILL_RATIO * self.draft()
-
-    def draft_passes(self, k: int) -> float:
-        """Draft model passes a K-token draft costs."""
-        extra = 1.0 if self.observed_extra_passes is None else self.observed_extra_passes
-        return 1.0 + (k - 1) * extra if k > 0 else 0.0
-
-    def lookup(self) -> float:
-        return self.observed_lookup if self.observed_lookup is not None else NEUTRAL_LOOKUP_MS
-
-    def observe_verify(self, width: int, ms: float) -> None:
-        self.observed_verify[width] = self._learn(self.observed_verify.get(width), lambda: self.verify(width), ms)
-        self._verify_cache.clear()
-
-    def observe_draft(self, ms: float) -> None:
-        self.observed_draft = self._learn(self.observed_draft, self.draft, ms)
-
-    def observe_prefill(self, ms_per_token: float) -> None:
-        self.observed_prefill = self._learn(self.observed_prefill, self.prefill, ms_per_token)
-
-    def observe_extra_passes(self, ratio: float) -> None:
-        self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)
-
-    def observe_lookup(self, ms: float) -> None:
-        self.observed_lookup = self._ema(self.observed_lookup, ms)
-
-    def _learn(self, old: float | None, prior, new: float) -> float:
-        """The EMA of a cost the loop timed; its first timing moves a calibrated prior (prior()) rather than
-        replacing it."""
-        return self._ema(prior() if old is None and self.calibrated else old, new)
-
-    def _ema(self, old: float | None, new: float) -> float:
-        return new if old is None else old + self.ema_weight * (new - old)
-
-
-def uncalibrated_costs(device_type: str) -> PassCosts:
-    """The prior where no calibration ran: the H200's measured shape on a GPU, the neutral guess elsewhere."""
-    if device_type == "cuda":
-        return PassCosts(verify_ms=dict(GPU_VERIFY_MS), draft_ratio=GPU_DRAFT_RATIO)
-    return PassCosts()
-
-
-def interpolate(table: dict[int, float], width: int) -> float:
-    """Piecewise-linear in width; below the smallest width its cost, beyond the largest along the last segment."""
-    points = sorted(table.items())
-    if len(points) == 1:  # one width measured: assume cost grows in proportion (pessimistic for drafting)
-        w, ms = points[0]
-        return ms * max(width, w) / w
-    if width <= points[0][0]:
-        return points[0][1]
-    for (w0, ms0), (w1, ms1) in zip(points, points[1:]):
-        if width <= w1:
-            return ms0 + (ms1 - ms0) * (width - w0) / (w1 - w0)
-    (w0, ms0), (w1, ms1) = points[-2], points[-1]
-    return max(ms1, ms1 + (ms1 - ms0) * (width - w1) / (w1 - w0))
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -152,10 +32,12 @@ def rate(costs: PassCosts, drafter: str, k: int, alpha: dict[str, float], hit: f
 
     lookup: finds a match with probability `hit` (K tokens offered); otherwise the pass is a plain one. hybrid:
     the same, but a miss falls back to the draft model with model_k tokens. The draft model first catches up on
-    the tokens it has not seen; that cost is spread over the `remaining` tokens of the request."""
+    the tokens it has not seen (priced by width, engine/pass_costs.py); that cost is spread over the `remaining`
+    tokens of the request. (Charging short catch-ups, the lookups' tokens since the model last drafted, to the pass
+    alone measured no different: docs/benchmarks.md, twenty-ninth.)"""
     def model(kk: int) -> tuple[float, float]:  # (tokens, ms) of a pass drafted by the model
         tokens = expected_tokens(alpha["draft"], kk)
-        catchup_ms = catchup_tokens * costs.prefill() * tokens / max(remaining, 1)
+        catchup_ms = costs.catchup(catchup_tokens) * min(1.0, tokens / max(remaining, 1))
         return tokens, costs.verify(kk + 1) + costs.draft_passes(kk) * costs.draft() + catchup_ms
 
     plain = (1.0, costs.verify(1))
@@ -438,13 +320,12 @@ class GainPolicy:
 
     def report(self, drafter: str, draft, accepted: int, verify_seconds: float) -> None:
         self.costs.observe_verify(len(draft.tokens) + 1, 1000.0 * verify_seconds)
-        steps, step_seconds = draft.steps, draft.step_seconds
         if draft.catchup_tokens >= PREFILL_MIN_TOKENS:
             self.costs.observe_prefill(1000.0 * draft.catchup_seconds / draft.catchup_tokens)
-        elif draft.catchup_tokens:  # a short catch-up costs about one step (the pass is bandwidth-bound)
-            steps, step_seconds = steps + 1, step_seconds + draft.catchup_seconds
-        if steps:
-            self.costs.observe_draft(1000.0 * step_seconds / steps)
+        elif draft.catchup_tokens:  # one pass over that many tokens (not a step: under AVX2 it cost four)
+            self.costs.observe_catchup(draft.catchup_tokens, 1000.0 * draft.catchup_seconds)
+        if draft.steps:
+            self.costs.observe_draft(1000.0 * draft.step_seconds / draft.steps)
         if draft.source == "draft" and draft.passes and len(draft.tokens) > 1:
             extra = (draft.passes - 1) / (len(draft.tokens) - 1)
             self.costs.observe_extra_passes(min(1.0, max(0.0, extra)))

@@ -6,7 +6,8 @@ import torch
 from engine import CompletionRequest
 from engine.drafters import Draft, LookupDrafter, ModelDrafter, extension_lookup
 from engine.kvcache import TrackedCache
-from engine.policy import PassCosts, best_choice
+from engine.pass_costs import PassCosts
+from engine.policy import best_choice
 from engine.suffix_index import SuffixIndex
 from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
 

@@ -7,8 +7,8 @@ import pytest
 from engine import CompletionRequest
 from engine.drafters import Draft, LookupDrafter, NoDrafter
 from engine.kvcache import TrackedCache
-from engine.policy import (GPU_DRAFT_RATIO, GPU_VERIFY_MS, GainPolicy, PassCosts, Shadow, best_choice, expected_tokens,
-                           interpolate, rate, uncalibrated_costs)
+from engine.pass_costs import GPU_DRAFT_RATIO, GPU_VERIFY_MS, PassCosts, interpolate, uncalibrated_costs
+from engine.policy import GainPolicy, Shadow, best_choice, expected_tokens, rate
 from engine.speculative import generate
 from engine_helpers import STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model
 
@@ -76,6 +76,78 @@ def test_draft_model_catch_up_is_charged_to_the_request():
     assert best_choice(costs, ("none", "draft"), 8, alpha, 0.0, catchup_tokens=0, remaining=64).drafter == "draft"
     # 2,000 prompt tokens the draft model has not seen (4 s) do not pay back over 16 new tokens.
     assert best_choice(costs, ("none", "draft"), 8, alpha, 0.0, catchup_tokens=2000, remaining=16).drafter == "none"
+
+
+# The AVX2 emulation's calibration (docs/benchmarks.md): the vnni draft model's passes by width, its prefill rate.
+AVX2_DRAFT = {1: 16.32, 2: 19.52, 4: 32.68, 8: 64.16, 16: 130.39}
+AVX2_DRAFT_PREFILL = 1000 / 209.6
+
+CATCHUP_CASES = [
+    # (name, lag, extra ms beyond the one-token pass the catch-up replaces)
+    ("in step: the last token is the step's own", 1, 0.0),
+    ("nothing to feed", 0, 0.0),
+    ("a measured width", 8, 64.16 - 16.32),
+    ("between widths", 6, 32.68 + (64.16 - 32.68) / 2 - 16.32),
+    ("past the widest: prefill rate for the rest", 300, 130.39 + 284 * AVX2_DRAFT_PREFILL - 16.32),
+]
+
+
+@pytest.mark.parametrize("case", CATCHUP_CASES, ids=[c[0] for c in CATCHUP_CASES])
+def test_a_draft_model_catch_up_is_priced_by_its_pass_width(case):
+    _, lag, extra = case
+    costs = PassCosts(verify_ms=dict(FLAT), draft_ms=16.32, draft_pass_ms=dict(AVX2_DRAFT),
+                      draft_prefill_ms=AVX2_DRAFT_PREFILL)
+    assert costs.catchup(lag) == pytest.approx(extra)
+
+
+@pytest.mark.parametrize("lag, remaining", [(300, 64), (8, 64), (40, 2)])
+def test_a_catch_up_is_spread_over_the_request_up_to_its_whole_cost(lag, remaining):
+    costs = PassCosts(verify_ms=dict(FLAT), draft_ms=16.32, draft_pass_ms=dict(AVX2_DRAFT),
+                      draft_prefill_ms=AVX2_DRAFT_PREFILL)
+    alpha = {"draft": 0.8, "lookup": 0.0}
+    tokens = expected_tokens(0.8, 4)
+    in_step_ms = tokens / rate(costs, "draft", 4, alpha, 0.0)
+    want = tokens / (in_step_ms + min(1.0, tokens / remaining) * costs.catchup(lag))
+    assert rate(costs, "draft", 4, alpha, 0.0, lag, remaining) == pytest.approx(want)
+
+
+def test_an_unmeasured_draft_model_takes_the_targets_shape_for_its_catch_ups():
+    costs = PassCosts(verify_ms={1: 40.0, 2: 42.0, 4: 52.0, 8: 80.0, 16: 160.0}, draft_ms=10.0)
+    assert costs.catchup(8) == pytest.approx(80.0 / 4 - 10.0) and costs.catchup(4) == pytest.approx(52.0 / 4 - 10.0)
+
+
+def test_short_catch_ups_teach_their_widths_not_the_draft_models_step():
+    """An 8-token catch-up cost 64 ms under AVX2: counted as a step it made the draft model's 16 ms step look 28."""
+    costs = PassCosts(verify_ms=dict(FLAT), draft_ms=16.0, draft_pass_ms=dict(AVX2_DRAFT),
+                      draft_prefill_ms=AVX2_DRAFT_PREFILL, calibrated=True)
+    policy = GainPolicy(costs, ("none", "draft"), 8)
+    draft = Draft(tokens=[5, 6, 7, 8], probs=[None] * 4, source="draft", passes=4, steps=3, step_seconds=0.048,
+                  catchup_tokens=8, catchup_seconds=0.080)
+    policy.report("draft", draft, 4, 0.1)
+    assert costs.draft() == pytest.approx(16.0)
+    assert costs.catchup(8) + costs.draft() == pytest.approx(64.16 + 0.2 * (80.0 - 64.16))  # moved, not replaced
+    assert costs.catchup(12) > (64.16 + 130.39) / 2 - 16.0  # the prior's shape follows the nearest width measured
+    long = Draft(tokens=[5], probs=[None], source="draft", passes=1, catchup_tokens=100, catchup_seconds=0.6)
+    policy.report("draft", long, 1, 0.1)
+    assert costs.prefill() == pytest.approx(AVX2_DRAFT_PREFILL + 0.2 * (6.0 - AVX2_DRAFT_PREFILL))
+
+
+def test_the_calibrated_draft_widths_reach_the_engines_costs():
+    from engine.calibrate import Calibration, Choice, Measurement
+    from engine.engine import Engine
+    from engine.machine_choice import pass_costs_from
+    from engine_helpers import tiny_pair
+
+    target = Measurement("target", "vnni", "float32", {1: 39.9, 2: 54.5, 4: 78.2, 8: 123.2, 16: 234.4}, 69.1)
+    draft = Measurement("draft", "vnni4", "float32", dict(AVX2_DRAFT), 209.6)
+    costs = pass_costs_from(Calibration(key={}, measurements=[target, draft]),
+                            Choice("vnni", "float32", "vnni4", "float32", draft_model=True))
+    assert costs.draft_pass_ms == AVX2_DRAFT and costs.draft() == 16.32
+    assert costs.prefill() == pytest.approx(AVX2_DRAFT_PREFILL)
+    pair = tiny_pair()
+    pair.costs = costs
+    engine_costs = Engine(pair).costs
+    assert engine_costs.calibrated and engine_costs.catchup(8) == pytest.approx(64.16 - 16.32)
 
 
 def test_costs_learned_online_rescale_the_prior_and_override_it_where_measured():
@@ -401,7 +473,7 @@ def test_a_session_whose_drafts_are_never_accepted_ends_with_drafting_off():
 
 
 def test_new_sessions_start_from_what_drafting_earned_in_earlier_sessions():
-    from engine.policy import GainPolicy, PassCosts, SharedAcceptance
+    from engine.policy import GainPolicy, SharedAcceptance
 
     shared = SharedAcceptance()
     fresh = GainPolicy(PassCosts(), shared=shared)

@@ -1,0 +1,159 @@
+"""What a pass costs on this machine (engine/policy.py's input): the target's pass by width, the draft model's
+step and catch-ups, the lookup; from a calibration (engine/machine_choice.pass_costs_from) or a neutral guess,
+learned online from the loop's own timings either way."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Without a calibration: the shape of a bandwidth-bound verify pass (ms, K+1 tokens -> about the cost of one),
+# rescaled by the first real timings; and c = draft pass / target pass ≈ 0.4 (0.5B vs 1.5B on CPU).
+NEUTRAL_VERIFY_MS = {1: 100.0, 2: 104.0, 4: 112.0, 8: 135.0, 16: 190.0}
+NEUTRAL_DRAFT_RATIO = 0.4
+# Without a calibration on a GPU (its dense bf16 format is not calibrated): the H200's compiled passes of the 1.5B /
+# 0.5B shapes (docs/benchmarks.md, GPU): launch-bound, so a 9-token verify costs 1.34x a one-token pass and the
+# draft model's pass 0.82x the target's: there the draft model rarely pays, lookup drafts do.
+GPU_VERIFY_MS = {1: 3.34, 4: 4.47, 9: 4.48}
+GPU_DRAFT_RATIO = 0.82
+NEUTRAL_LOOKUP_MS = 0.2
+NEUTRAL_PREFILL_RATIO = 0.1  # the draft model's catch-up, ms per token ÷ its one-token pass
+PREFILL_MIN_TOKENS = 16  # catch-ups at least this long teach the prefill cost per token (engine/quant.PREFILL_ROWS)
+
+
+@dataclass
+class PassCosts:
+    """What one pass costs on this machine, in milliseconds.
+
+    verify_ms: target pass cost by width (tokens in the pass: 1 = plain decoding, K+1 = verify K drafts); widths
+    in between are interpolated, beyond the largest extrapolated along the last segment.
+    draft_ms: the draft model's one-token pass (None: no draft model, or not measured).
+    draft_pass_ms: the draft model's pass by width (None: not measured; then the target's shape, scaled).
+    draft_prefill_ms: the draft model's prefill, ms per token (None: not measured).
+    A catch-up (tokens the draft model has not seen, fed in its first pass) is priced by width up to the widest
+    pass measured, and by the prefill rate beyond: under the AVX2 emulation an 8-token catch-up costs 64 ms, four
+    one-token passes, where 8 tokens of prefill cost 38.
+    The draft model's K tokens cost 1 + (K − 1)·extra_passes passes: 1 without its lookup extension, less where
+    the extension fills drafts for free (learned online, `observe_extra_passes`).
+    The observed_* fields are learned online (exponential moving averages of the loop's own timings); estimates
+    prefer them and rescale the prior's shape to them where a width was never seen. calibrated: the prior was
+    measured on this machine, so the first timing of a width moves it by the EMA's weight rather than replacing it
+    (a first call's one-time costs made the draft model's pass look 2x dearer than it is, and the policy, drafting
+    with it no more, never saw it cheaper; the neutral guess is only a shape, and the first timing replaces it)."""
+    verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
+    draft_ms: float | None = None
+    draft_pass_ms: dict[int, float] | None = None
+    draft_prefill_ms: float | None = None
+    draft_ratio: float = NEUTRAL_DRAFT_RATIO  # draft pass ÷ target pass where draft_ms is not known
+    observed_verify: dict[int, float] = field(default_factory=dict)
+    observed_draft: float | None = None
+    observed_catchup: dict[int, float] = field(default_factory=dict)  # the draft model's passes over 2-15 tokens
+    observed_prefill: float | None = None
+    observed_lookup: float | None = None
+    observed_extra_passes: float | None = None
+    ema_weight: float = 0.2
+    calibrated: bool = False
+    _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+
+    def verify(self, width: int) -> float:
+        cached = self._verify_cache.get(width)
+        if cached is None:
+            cached = self._verify_cache[width] = interpolate(self._verify_table(), width)
+        return cached
+
+    def _verify_table(self) -> dict[int, float]:
+        return rescaled(self.verify_ms, self.observed_verify)
+
+    def catchup(self, tokens: int) -> float:
+        """What feeding `tokens` the draft model has not seen costs beyond the one-token pass it replaces."""
+        if tokens <= 1:
+            return 0.0
+        if self.draft_pass_ms is not None:
+            prior = self.draft_pass_ms
+        else:  # not measured: the target's shape at the draft model's one-token cost
+            prior = {w: ms * self.draft() / self.verify(1) for w, ms in self._verify_table().items()}
+        observed = dict(self.observed_catchup)
+        if self.observed_draft is not None:
+            observed[1] = self.observed_draft
+        table = rescaled(prior, observed)
+        widest = max(table)
+        width = min(tokens, widest)
+        return max(0.0, interpolate(table, width) + (tokens - width) * self.prefill() - self.draft())
+
+    def draft(self) -> float:
+        if self.observed_draft is not None:
+            return self.observed_draft
+        return self.draft_ms if self.draft_ms is not None else self.draft_ratio * self.verify(1)
+
+    def prefill(self) -> float:
+        if self.observed_prefill is not None:
+            return self.observed_prefill
+        return self.draft_prefill_ms if self.draft_prefill_ms is not None else NEUTRAL_PREFILL_RATIO * self.draft()
+
+    def draft_passes(self, k: int) -> float:
+        """Draft model passes a K-token draft costs."""
+        extra = 1.0 if self.observed_extra_passes is None else self.observed_extra_passes
+        return 1.0 + (k - 1) * extra if k > 0 else 0.0
+
+    def lookup(self) -> float:
+        return self.observed_lookup if self.observed_lookup is not None else NEUTRAL_LOOKUP_MS
+
+    def observe_verify(self, width: int, ms: float) -> None:
+        self.observed_verify[width] = self._learn(self.observed_verify.get(width), lambda: self.verify(width), ms)
+        self._verify_cache.clear()
+
+    def observe_draft(self, ms: float) -> None:
+        self.observed_draft = self._learn(self.observed_draft, self.draft, ms)
+
+    def observe_catchup(self, width: int, ms: float) -> None:
+        self.observed_catchup[width] = self._learn(self.observed_catchup.get(width),
+                                                   lambda: self.catchup(width) + self.draft(), ms)
+
+    def observe_prefill(self, ms_per_token: float) -> None:
+        self.observed_prefill = self._learn(self.observed_prefill, self.prefill, ms_per_token)
+
+    def observe_extra_passes(self, ratio: float) -> None:
+        self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)
+
+    def observe_lookup(self, ms: float) -> None:
+        self.observed_lookup = self._ema(self.observed_lookup, ms)
+
+    def _learn(self, old: float | None, prior, new: float) -> float:
+        """The EMA of a cost the loop timed; its first timing moves a calibrated prior (prior()) rather than
+        replacing it."""
+        return self._ema(prior() if old is None and self.calibrated else old, new)
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.ema_weight * (new - old)
+
+
+def uncalibrated_costs(device_type: str) -> PassCosts:
+    """The prior where no calibration ran: the H200's measured shape on a GPU, the neutral guess elsewhere."""
+    if device_type == "cuda":
+        return PassCosts(verify_ms=dict(GPU_VERIFY_MS), draft_ratio=GPU_DRAFT_RATIO)
+    return PassCosts()
+
+
+def rescaled(prior: dict[int, float], observed: dict[int, float]) -> dict[int, float]:
+    """The prior's shape, each width scaled to match the nearest width measured here; measured widths as measured."""
+    if not observed:
+        return prior
+    table = {}
+    for w, ms in prior.items():
+        near = min(observed, key=lambda o: (abs(o - w), o))
+        table[w] = ms * observed[near] / interpolate(prior, near)
+    table.update(observed)
+    return table
+
+
+def interpolate(table: dict[int, float], width: int) -> float:
+    """Piecewise-linear in width; below the smallest width its cost, beyond the largest along the last segment."""
+    points = sorted(table.items())
+    if len(points) == 1:  # one width measured: assume cost grows in proportion (pessimistic for drafting)
+        w, ms = points[0]
+        return ms * max(width, w) / w
+    if width <= points[0][0]:
+        return points[0][1]
+    for (w0, ms0), (w1, ms1) in zip(points, points[1:]):
+        if width <= w1:
+            return ms0 + (ms1 - ms0) * (width - w0) / (w1 - w0)
+    (w0, ms0), (w1, ms1) = points[-2], points[-1]
+    return max(ms1, ms1 + (ms1 - ms0) * (width - w1) / (w1 - w0))
