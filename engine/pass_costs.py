@@ -52,6 +52,7 @@ class PassCosts:
     ema_weight: float = 0.2
     calibrated: bool = False
     _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+    _catchup_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     def verify(self, width: int) -> float:
         cached = self._verify_cache.get(width)
@@ -66,6 +67,12 @@ class PassCosts:
         """What feeding `tokens` the draft model has not seen costs beyond the one-token pass it replaces."""
         if tokens <= 1:
             return 0.0
+        cached = self._catchup_cache.get(tokens)
+        if cached is None:
+            cached = self._catchup_cache[tokens] = self._catchup(tokens)
+        return cached
+
+    def _catchup(self, tokens: int) -> float:
         if self.draft_pass_ms is not None:
             prior = self.draft_pass_ms
         else:  # not measured: the target's shape at the draft model's one-token cost
@@ -99,16 +106,20 @@ class PassCosts:
     def observe_verify(self, width: int, ms: float) -> None:
         self.observed_verify[width] = self._learn(self.observed_verify.get(width), lambda: self.verify(width), ms)
         self._verify_cache.clear()
+        self._catchup_cache.clear()  # an unmeasured draft model's widths take the target's shape
 
     def observe_draft(self, ms: float) -> None:
         self.observed_draft = self._learn(self.observed_draft, self.draft, ms)
+        self._catchup_cache.clear()
 
     def observe_catchup(self, width: int, ms: float) -> None:
         self.observed_catchup[width] = self._learn(self.observed_catchup.get(width),
                                                    lambda: self.catchup(width) + self.draft(), ms)
+        self._catchup_cache.clear()
 
     def observe_prefill(self, ms_per_token: float) -> None:
         self.observed_prefill = self._learn(self.observed_prefill, self.prefill, ms_per_token)
+        self._catchup_cache.clear()
 
     def observe_extra_passes(self, ratio: float) -> None:
         self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)

@@ -127,6 +127,8 @@ def test_short_catch_ups_teach_their_widths_not_the_draft_models_step():
     assert costs.draft() == pytest.approx(16.0)
     assert costs.catchup(8) + costs.draft() == pytest.approx(64.16 + 0.2 * (80.0 - 64.16))  # moved, not replaced
     assert costs.catchup(12) > (64.16 + 130.39) / 2 - 16.0  # the prior's shape follows the nearest width measured
+    policy.report("draft", draft, 4, 0.1)  # a second timing moves the estimate again (nothing stale is kept)
+    assert costs.catchup(8) + costs.draft() == pytest.approx(64.16 + 0.36 * (80.0 - 64.16))
     long = Draft(tokens=[5], probs=[None], source="draft", passes=1, catchup_tokens=100, catchup_seconds=0.6)
     policy.report("draft", long, 1, 0.1)
     assert costs.prefill() == pytest.approx(AVX2_DRAFT_PREFILL + 0.2 * (6.0 - AVX2_DRAFT_PREFILL))
