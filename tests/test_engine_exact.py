@@ -116,6 +116,27 @@ def test_max_new_tokens_and_stop_predicate(engines, references):
     assert seen[-1] == stopped.text == tiny_tokenizer().decode(ref[:7], skip_special_tokens=True)
 
 
+@pytest.mark.parametrize("drafter", ["draft", "auto"])
+def test_a_stop_predicate_ends_every_drafter_where_target_alone_ends(engines, references, drafter):
+    """A pass that keeps several drafts commits them token by token, as target alone does; and a draft ends at the
+    token that finishes the completion: the target does not score what would be thrown away."""
+    (seed, repeat), ref = max(references.items(), key=lambda item: len(item[1]))
+    prompt = random_prompt(seed, repeat=repeat)
+    decode = tiny_tokenizer().decode
+    finished_text = decode(ref[:7], skip_special_tokens=True)
+    end = next(n for n in range(1, len(ref) + 1) if decode(ref[:n], skip_special_tokens=True).startswith(finished_text))
+
+    def stop(text):
+        return text.startswith(finished_text)
+    alone = engines["same"].complete(CompletionRequest(prompt, MAX_NEW, drafter="none", stop=stop))
+    assert alone.token_ids == ref[:end] and alone.finish_reason == "stop"
+    spec = engines["same"].complete(CompletionRequest(prompt, MAX_NEW, drafter=drafter, max_draft_tokens=8,
+                                                      adaptive_k=False, stop=stop))
+    assert spec.token_ids == alone.token_ids and spec.text == alone.text and spec.finish_reason == "stop"
+    if drafter == "draft":  # the draft model is the target here: every draft is right, the first pass drafts 8
+        assert spec.stats.target_passes == 1 and spec.stats.drafted == end
+
+
 def test_cancel_before_start_returns_cancelled_without_tokens(engines):
     token = CancelToken()
     token.set()
