@@ -123,6 +123,17 @@ async def cancel_trial(bench: BenchClient, phase: str, measure: str, uri: str, l
     return row
 
 
+async def settled_stats(bench: BenchClient) -> dict:
+    """codecue.stats once the engine is idle. An answer that ends its line starts the next line's writer in the
+    background (codecue_lsp/next_line.py), which ends by itself; read at once, the stats caught it mid-pass."""
+    started = time.perf_counter()
+    while (stats := await bench.stats())["resources"]["engine_busy"]:
+        await asyncio.sleep(POLL_S)
+        if time.perf_counter() - started > HANG_S:
+            raise TimeoutError("the engine stayed busy after the last request")
+    return stats
+
+
 async def wait_for_phase(bench: BenchClient, request, phases: tuple[str, ...]) -> str | None:
     """Poll codecue.stats until the engine reports one of `phases` (returns it) or the request is answered."""
     while not request.done():

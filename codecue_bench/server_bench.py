@@ -20,7 +20,8 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from .cancel_bench import CANCEL_PHASES, cancel_summary, cancel_trials_run  # noqa: F401 (tests import CANCEL_PHASES)
+from .cancel_bench import (CANCEL_PHASES, cancel_summary, cancel_trials_run,  # noqa: F401 (tests import CANCEL_PHASES)
+                           settled_stats)
 from .timing import latency_summary, ms, percentile
 
 
@@ -125,7 +126,7 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
 
         cancels = await cancel_trials_run(bench, uri, doc, line, text.split("\n")[line], cancel_trials) \
             if cancel_trials else []
-        final = await bench.stats()
+        final = await settled_stats(bench)
         await client.shutdown_session()
     except BaseException:
         # stop() waits for the server to exit, and a server that was never told to exit would keep it waiting.
