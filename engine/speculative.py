@@ -140,7 +140,7 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         draft = drafters[name].propose(tokens, k, cancel.is_set) if k > 0 else Draft()
         draft = controller.review(draft)  # e.g. shorten a lookup draft from a source that is rarely right
         drafted = draft.tokens
-        draft = cut_at_finish(draft, lambda n: finished(generated + drafted[:n]))
+        draft, draft_finishes = cut_at_finish(draft, lambda n: finished(generated + drafted[:n]))
         stats.seconds_draft += time.perf_counter() - t0
         stats.draft_passes += draft.passes
         if cancel.is_set():
@@ -168,14 +168,16 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         if stats.target_passes == 1:
             stats.seconds_first_token, stats.first_pass_tokens = time.perf_counter() - started, n + 1
 
-        new = draft.tokens[:n] + [next_token]
+        # No draft prefix but the whole draft can finish the completion (cut_at_finish): where it does and all of it
+        # was kept, target alone would stop there, before the target's own next token.
+        new = draft.tokens[:n] + ([] if draft_finishes and n == len(draft.tokens) else [next_token])
         tokens = tokens + new
-        for token in new:  # token by token, as target alone commits them: it ends where target alone ends
+        for token in new:
             if token in stop_token_ids:
                 text = text_of(generated)
                 return finish("eos")
             generated.append(token)
-            if len(generated) >= request.max_new_tokens or (request.stop and len(new) > 1 and finished(generated)):
+            if len(generated) >= request.max_new_tokens:
                 break
         text = text_of(generated)
         if on_tokens:
@@ -186,12 +188,12 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
             return finish("length")
 
 
-def cut_at_finish(draft: Draft, finished: Callable[[int], bool]) -> Draft:
+def cut_at_finish(draft: Draft, finished: Callable[[int], bool]) -> tuple[Draft, bool]:
     """A draft ends at the token that finishes the completion (a stop token, or the text the request's `stop` calls
     finished): the target need not score what would be thrown away (a single line's last pass drafted on into the
     next line, under the AVX2 emulation a 9-token verify costs 3.1x a one-token pass). finished(n): the draft's first
-    n tokens finish it."""
-    for n in range(1, len(draft.tokens)):
+    n tokens finish it. Returns the draft and whether it finishes the completion (no shorter prefix does)."""
+    for n in range(1, len(draft.tokens) + 1):
         if finished(n):
-            return draft.cut(n)
-    return draft
+            return draft.cut(n), True
+    return draft, False
