@@ -9,21 +9,17 @@ Prints each policy's speed over target alone per prompt kind, and the draft mode
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codecue_bench.engine_bench import request_kind, run_own_mode  # noqa: E402
+from codecue_bench.side_by_side import print_speedups, time_side_by_side  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.models import load_pair  # noqa: E402
 from engine.pass_costs import PREFILL_MIN_TOKENS, PassCosts  # noqa: E402
 from engine.policy import GainPolicy  # noqa: E402
-from engine.types import CompletionRequest  # noqa: E402
-
-K = 8  # drafted tokens at most, as `codecue-bench engine`'s default
 
 
 class PrefillRateCosts(PassCosts):
@@ -56,28 +52,9 @@ def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     pair = load_pair("default", device="cpu", dtype=None, with_draft=True)
     engines = {"by width": Engine(pair), "before": BeforeEngine(pair)}
-    modes = (("target alone", "target", "by width"), ("auto, before", "auto", "before"),
-             ("auto, by width", "auto", "by width"))
-    prompts = [json.loads(line) for line in (ROOT / "docs" / "bench-prompts.jsonl").read_text().splitlines()]
-    warm_up = engines["by width"].encode_fim("def add(a, b):\n", "\n")
-    for engine in engines.values():
-        engine.complete(CompletionRequest(warm_up, 16))
-    seconds: dict[tuple[str, str], float] = {}
-    for turn in range(rounds):
-        for prompt in prompts:
-            ids = engines["by width"].encode_fim(prompt["prefix"], prompt["suffix"])
-            reference = None
-            for name, mode, engine in (modes if turn % 2 == 0 else modes[::-1]):
-                run = run_own_mode(engines[engine], mode, ids, 64, K, warm=True, kind=request_kind(prompt["kind"]))
-                reference = run.tokens if reference is None else reference
-                assert run.tokens == reference, f"{prompt['name']}: {name} differs"
-                seconds[prompt["kind"], name] = seconds.get((prompt["kind"], name), 0.0) + run.seconds
-        print(f"round {turn + 1} of {rounds} done", flush=True)
-    kinds = sorted({kind for kind, _ in seconds})
-    for name, _, _ in modes:
-        ratios = [seconds[kind, "target alone"] / seconds[kind, name] for kind in kinds]
-        total = sum(seconds[kind, "target alone"] for kind in kinds) / sum(seconds[kind, name] for kind in kinds)
-        print(f"{name:16s} " + "  ".join(f"{kind} {r:.3f}" for kind, r in zip(kinds, ratios)) + f"  all {total:.3f}")
+    modes = (("target alone", "target", "by width", True), ("auto, before", "auto", "before", True),
+             ("auto, by width", "auto", "by width", True))
+    print_speedups(time_side_by_side(engines, modes, rounds), [name for name, *_ in modes])
     for name, engine in engines.items():
         costs = engine.costs
         widths = {w: round(ms, 1) for w, ms in sorted(costs.observed_catchup.items())}
