@@ -145,7 +145,7 @@ class OracleDrafter:
     def __init__(self, prompt_len: int, reference: list[int]):
         self.prompt_len, self.reference = prompt_len, reference
 
-    def propose(self, tokens, k, cancelled):
+    def propose(self, tokens, k, cancelled, finishes=None):
         from engine.drafters import Draft
 
         done = len(tokens) - self.prompt_len

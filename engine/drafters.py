@@ -1,8 +1,9 @@
 """Drafters propose the next K tokens cheaply; the target verifies them. All share one interface:
 
-    propose(tokens, k, cancelled) -> Draft(tokens, probs, source)
+    propose(tokens, k, cancelled, finishes=None) -> Draft(tokens, probs, source)
 
-`tokens` is everything committed so far (prompt + generated). `probs[i]` is the drafter's distribution that
+`tokens` is everything committed so far (prompt + generated). finishes(drafted) says whether those draft tokens
+finish the completion (a stop token, the end of the line asked for): a drafter that pays per token stops there. `probs[i]` is the drafter's distribution that
 drafts[i] was sampled from (needed by the exact sampling rule), or None when the draft is deterministic.
 `source` says where a draft came from ("draft" model; lookup in the "prompt", an open document ("workspace") or
 the session's earlier completions ("history")); the auto policy keeps acceptance per source. The timing fields
@@ -28,12 +29,13 @@ class Draft:
     probs: list[torch.Tensor | None] = field(default_factory=list)
     source: str = "none"
     passes: int = 0  # draft model forward calls (catch-up included)
-    steps: int = 0  # of which one-token steps: what a draft token costs
+    steps: int = 0  # of which one-token steps: what a draft token costs (steps that checked guesses: wide_steps)
     step_seconds: float = 0.0
     catchup_tokens: int = 0  # committed tokens the draft model had not seen yet, fed in one call
     catchup_seconds: float = 0.0
     lookup_seconds: float = 0.0
     extended: int = 0  # of the tokens, how many the model's lookup extension added (the last ones)
+    wide_steps: list[tuple[int, float]] = field(default_factory=list)  # (width, seconds): steps checking guesses
 
     @property
     def own(self) -> int:
@@ -52,7 +54,7 @@ class NoDrafter:
     """Target alone: every pass verifies nothing and yields one token."""
     name = "none"
 
-    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+    def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         return Draft()
 
 
@@ -68,7 +70,7 @@ class LookupDrafter:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.index, self.index_max_ngram, self.index_min_ngram = index, index_max_ngram, index_min_ngram
 
-    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+    def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         started = time.perf_counter()
         found, length = find_continuation(np.asarray(tokens, dtype=np.int64), k, self.max_ngram, self.min_ngram)
         source = "prompt"
@@ -109,20 +111,25 @@ class ModelDrafter:
     bench's repetitive prompts 30 % fewer draft passes for the same tokens; docs/benchmarks.md, twenty-first).
 
     view (engine/draft_window.py): what the model sees of the committed tokens, e.g. only the code around the
-    cursor of a long prompt; its cache holds the view. The lookup extension still searches everything."""
+    cursor of a long prompt; its cache holds the view. The lookup extension still searches everything.
+
+    guesses (engine/step_guesses.StepGuesses): a step feeds, after its token, the tokens a short lookup guesses
+    come next, and keeps the model's token at each position while the guess before it was right: the same draft in
+    fewer passes (a step over 2-4 tokens costs little more than over one where the pass is bandwidth-bound)."""
     name = "draft"
 
     def __init__(self, model: torch.nn.Module, cache: TrackedCache | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, generator: torch.Generator | None = None, min_confidence: float = 0.3,
-                 extend: "LookupDrafter | None" = None, view=None):
+                 extend: "LookupDrafter | None" = None, view=None, guesses=None):
         self.model = model
+        self.guesses = guesses
         self.extend = extend
         self.view = view
         self.cache = cache or cache_for(model)
         self.temperature, self.top_p, self.generator = temperature, top_p, generator
         self.min_confidence = min_confidence
 
-    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+    def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         draft = Draft(source="draft")
         if k <= 0:
             return draft
@@ -143,40 +150,62 @@ class ModelDrafter:
             draft.catchup_seconds = time.perf_counter() - started
             pending = seen[len(self.cache.ids):]
         while len(draft.tokens) < k and not cancelled():
+            # Guesses ride along in a step: the model's own token at each of them, kept while each guess was right.
+            guess = (self.guesses.guess(tokens + draft.tokens, k - len(draft.tokens) - 1)
+                     if self.guesses is not None and len(pending) == 1 else [])
             started = time.perf_counter()
             try:
-                logits = self.cache.forward(pending, logits="last", cancelled=cancelled)[-1]
+                rows = self.cache.forward(pending + guess, logits="all" if guess else "last",
+                                          cancelled=cancelled)[-len(guess) - 1:]
             except PassCancelled:  # the tokens drafted so far stay valid; the caller sees the cancel
                 break
             seconds = time.perf_counter() - started
             draft.passes += 1
-            if len(pending) == 1:
+            if guess:
+                draft.wide_steps.append((1 + len(guess), seconds))
+            elif len(pending) == 1:
                 draft.steps, draft.step_seconds = draft.steps + 1, draft.step_seconds + seconds
             else:
                 draft.catchup_tokens += len(pending)
                 draft.catchup_seconds += seconds
-            if self.temperature > 0:
-                probs = warp(logits, self.temperature, self.top_p)
-                token = sample(probs, self.generator)
-                confidence = float(probs[token])
-            else:
-                probs = None
-                token = int(torch.argmax(logits))
-                confidence = float(torch.softmax(logits, dim=-1)[token])
-            draft.tokens.append(token)
-            draft.probs.append(probs)
-            if confidence < self.min_confidence:
+            done, right = False, 0
+            for row, logits in enumerate(rows):
+                token, probs, confidence = self._pick(logits)
+                draft.tokens.append(token)
+                draft.probs.append(probs)
+                if confidence < self.min_confidence or (finishes is not None and finishes(draft.tokens)):
+                    done = True
+                elif self.extend is not None and len(draft.tokens) < k:
+                    follow = self.extend.propose(tokens + draft.tokens, k - len(draft.tokens), cancelled)
+                    draft.lookup_seconds += follow.lookup_seconds
+                    if follow.tokens:  # deterministic tokens (probs None): the sampling rule takes q as one-hot there
+                        draft.tokens += follow.tokens
+                        draft.probs += follow.probs
+                        draft.extended = len(follow.tokens)
+                        done = True
+                guessed = row < len(guess)
+                if guessed and token == guess[row]:
+                    right += 1
+                    if not done:
+                        continue
+                if guess:
+                    self.guesses.observe(right, missed=guessed and token != guess[row])
                 break
-            if self.extend is not None and len(draft.tokens) < k:
-                follow = self.extend.propose(tokens + draft.tokens, k - len(draft.tokens), cancelled)
-                draft.lookup_seconds += follow.lookup_seconds
-                if follow.tokens:  # deterministic tokens (probs None): the sampling rule takes q as one-hot there
-                    draft.tokens += follow.tokens
-                    draft.probs += follow.probs
-                    draft.extended = len(follow.tokens)
-                    break
+            # The cache keeps the guesses the model confirmed; its last token is the next pass's input.
+            self.cache.truncate(len(self.cache.ids) - len(guess) + row)
+            if done:
+                break
             pending = [token]
         return draft
+
+    def _pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None, float]:
+        """The model's token at one position, the distribution it was sampled from (None: greedy), its probability."""
+        if self.temperature > 0:
+            probs = warp(logits, self.temperature, self.top_p)
+            token = sample(probs, self.generator)
+            return token, probs, float(probs[token])
+        token = int(torch.argmax(logits))
+        return token, None, float(torch.softmax(logits, dim=-1)[token])
 
 
 def extension_wanted() -> bool:
@@ -202,10 +231,10 @@ class HybridDrafter:
         # the model's guesses): model_k() gives the model's K (within the request's budget); otherwise both get k.
         self.model_k = model_k
 
-    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+    def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         draft = self.lookup.propose(tokens, k, cancelled)
         if draft.tokens:
             return draft
-        model_draft = self.model.propose(tokens, self.model_k() if self.model_k else k, cancelled)
+        model_draft = self.model.propose(tokens, self.model_k() if self.model_k else k, cancelled, finishes)
         model_draft.lookup_seconds = draft.lookup_seconds
         return model_draft

@@ -21,6 +21,7 @@ from .pass_costs import PassCosts, uncalibrated_costs
 from .policy import GainPolicy, SharedAcceptance
 from .prompt_ids import encode_pieces
 from .speculative import SpeculationController, generate
+from .step_guesses import StepGuesses, most_guesses
 from .suffix_index import SEPARATOR, SuffixIndex
 from . import torch_thread
 from .types import CancelToken, CompletionRequest, CompletionResult
@@ -86,6 +87,8 @@ class Engine:
                 self.special_token_id(marker)
         markers = (self.fim.prefix, self.fim.suffix, self.fim.middle)
         self.draft_window = DraftWindow(*map(self.special_token_id, markers)) if all(markers) else None
+        # Lookup guesses the draft model checks in its steps: counted by this machine's pass widths (shared costs).
+        self.step_guesses = StepGuesses(self.costs, most_guesses())
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -354,7 +357,8 @@ class Engine:
         min_confidence = 0.3 if request.adaptive_k else 0.0
         extend = extension_lookup(self.workspace) if extension_wanted() else None
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
-                             min_confidence, extend, self._draft_view())
+                             min_confidence, extend, self._draft_view(),
+                             self.step_guesses if self.step_guesses.most > 0 else None)
         if name == "draft":
             return model
         if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself

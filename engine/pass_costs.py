@@ -31,8 +31,10 @@ class PassCosts:
     A catch-up (tokens the draft model has not seen, fed in its first pass) is priced by width up to the widest
     pass measured, and by the prefill rate beyond: under the AVX2 emulation an 8-token catch-up costs 64 ms, four
     one-token passes, where 8 tokens of prefill cost 38.
-    The draft model's K tokens cost 1 + (K − 1)·extra_passes passes: 1 without its lookup extension, less where
-    the extension fills drafts for free (learned online, `observe_extra_passes`).
+    The draft model's K tokens cost 1 + (K − 1)·extra_passes one-token passes' worth: 1 without its lookup
+    extension, less where the extension fills drafts for free or a step's lookup guesses were the model's tokens
+    (engine/step_guesses.py; a step over 1 + g tokens counts draft_width(1 + g) ÷ draft()), learned online
+    (`observe_extra_passes`).
     The observed_* fields are learned online (exponential moving averages of the loop's own timings); estimates
     prefer them and rescale the prior's shape to them where a width was never seen. calibrated: the prior was
     measured on this machine, so the first timing of a width moves it by the EMA's weight rather than replacing it
@@ -45,14 +47,14 @@ class PassCosts:
     draft_ratio: float = NEUTRAL_DRAFT_RATIO  # draft pass ÷ target pass where draft_ms is not known
     observed_verify: dict[int, float] = field(default_factory=dict)
     observed_draft: float | None = None
-    observed_catchup: dict[int, float] = field(default_factory=dict)  # the draft model's passes over 2-15 tokens
+    observed_draft_widths: dict[int, float] = field(default_factory=dict)  # the draft model's passes over 2-15 tokens
     observed_prefill: float | None = None
     observed_lookup: float | None = None
     observed_extra_passes: float | None = None
     ema_weight: float = 0.2
     calibrated: bool = False
     _verify_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
-    _catchup_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+    _draft_width_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     def verify(self, width: int) -> float:
         cached = self._verify_cache.get(width)
@@ -65,25 +67,27 @@ class PassCosts:
 
     def catchup(self, tokens: int) -> float:
         """What feeding `tokens` the draft model has not seen costs beyond the one-token pass it replaces."""
-        if tokens <= 1:
-            return 0.0
-        cached = self._catchup_cache.get(tokens)
+        return max(0.0, self.draft_width(tokens) - self.draft()) if tokens > 1 else 0.0
+
+    def draft_width(self, width: int) -> float:
+        """The draft model's pass over `width` tokens (a catch-up, or a step that checks lookup guesses): by the
+        widths measured up to the widest, at the prefill rate beyond."""
+        cached = self._draft_width_cache.get(width)
         if cached is None:
-            cached = self._catchup_cache[tokens] = self._catchup(tokens)
+            cached = self._draft_width_cache[width] = self._draft_width(width)
         return cached
 
-    def _catchup(self, tokens: int) -> float:
+    def _draft_width(self, width: int) -> float:
         if self.draft_pass_ms is not None:
             prior = self.draft_pass_ms
         else:  # not measured: the target's shape at the draft model's one-token cost
             prior = {w: ms * self.draft() / self.verify(1) for w, ms in self._verify_table().items()}
-        observed = dict(self.observed_catchup)
+        observed = dict(self.observed_draft_widths)
         if self.observed_draft is not None:
             observed[1] = self.observed_draft
         table = rescaled(prior, observed)
         widest = max(table)
-        width = min(tokens, widest)
-        return max(0.0, interpolate(table, width) + (tokens - width) * self.prefill() - self.draft())
+        return interpolate(table, min(width, widest)) + (width - min(width, widest)) * self.prefill()
 
     def draft(self) -> float:
         if self.observed_draft is not None:
@@ -96,7 +100,7 @@ class PassCosts:
         return self.draft_prefill_ms if self.draft_prefill_ms is not None else NEUTRAL_PREFILL_RATIO * self.draft()
 
     def draft_passes(self, k: int) -> float:
-        """Draft model passes a K-token draft costs."""
+        """Draft model passes (in one-token passes' worth) a K-token draft costs."""
         extra = 1.0 if self.observed_extra_passes is None else self.observed_extra_passes
         return 1.0 + (k - 1) * extra if k > 0 else 0.0
 
@@ -106,20 +110,20 @@ class PassCosts:
     def observe_verify(self, width: int, ms: float) -> None:
         self.observed_verify[width] = self._learn(self.observed_verify.get(width), lambda: self.verify(width), ms)
         self._verify_cache.clear()
-        self._catchup_cache.clear()  # an unmeasured draft model's widths take the target's shape
+        self._draft_width_cache.clear()  # an unmeasured draft model's widths take the target's shape
 
     def observe_draft(self, ms: float) -> None:
         self.observed_draft = self._learn(self.observed_draft, self.draft, ms)
-        self._catchup_cache.clear()
+        self._draft_width_cache.clear()
 
-    def observe_catchup(self, width: int, ms: float) -> None:
-        self.observed_catchup[width] = self._learn(self.observed_catchup.get(width),
-                                                   lambda: self.catchup(width) + self.draft(), ms)
-        self._catchup_cache.clear()
+    def observe_draft_width(self, width: int, ms: float) -> None:
+        self.observed_draft_widths[width] = self._learn(self.observed_draft_widths.get(width),
+                                                        lambda: self.draft_width(width), ms)
+        self._draft_width_cache.clear()
 
     def observe_prefill(self, ms_per_token: float) -> None:
         self.observed_prefill = self._learn(self.observed_prefill, self.prefill, ms_per_token)
-        self._catchup_cache.clear()
+        self._draft_width_cache.clear()
 
     def observe_extra_passes(self, ratio: float) -> None:
         self.observed_extra_passes = self._ema(self.observed_extra_passes, ratio)

@@ -323,12 +323,17 @@ class GainPolicy:
         if draft.catchup_tokens >= PREFILL_MIN_TOKENS:
             self.costs.observe_prefill(1000.0 * draft.catchup_seconds / draft.catchup_tokens)
         elif draft.catchup_tokens:  # one pass over that many tokens (not a step: under AVX2 it cost four)
-            self.costs.observe_catchup(draft.catchup_tokens, 1000.0 * draft.catchup_seconds)
+            self.costs.observe_draft_width(draft.catchup_tokens, 1000.0 * draft.catchup_seconds)
         if draft.steps:
             self.costs.observe_draft(1000.0 * draft.step_seconds / draft.steps)
+        for width, seconds in draft.wide_steps:  # steps that checked lookup guesses (engine/step_guesses.py)
+            self.costs.observe_draft_width(width, 1000.0 * seconds)
         if draft.source == "draft" and draft.passes and len(draft.tokens) > 1:
-            extra = (draft.passes - 1) / (len(draft.tokens) - 1)
-            self.costs.observe_extra_passes(min(1.0, max(0.0, extra)))
+            # In one-token steps' worth: a step over 1 + g tokens costs more than one but may yield g + 1 tokens.
+            passes = draft.passes + sum(self.costs.draft_width(width) / self.costs.draft() - 1.0
+                                        for width, _ in draft.wide_steps)
+            extra = (passes - 1) / (len(draft.tokens) - 1)
+            self.costs.observe_extra_passes(min(2.0, max(0.0, extra)))
         if drafter in ("lookup", "hybrid"):
             self.costs.observe_lookup(1000.0 * draft.lookup_seconds)
             self._add_hit(draft.source in LOOKUP_SOURCES)

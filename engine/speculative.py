@@ -137,7 +137,8 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         name, k = controller.choose(tokens, request.max_new_tokens - len(generated) - 1)
         on_phase("draft")
         t0 = time.perf_counter()
-        draft = drafters[name].propose(tokens, k, cancel.is_set) if k > 0 else Draft()
+        draft = (drafters[name].propose(tokens, k, cancel.is_set, lambda drafted: finished(generated + drafted))
+                 if k > 0 else Draft())
         draft = controller.review(draft)  # e.g. shorten a lookup draft from a source that is rarely right
         drafted = draft.tokens
         draft, draft_finishes = cut_at_finish(draft, lambda n: finished(generated + drafted[:n]))

@@ -57,7 +57,7 @@ def main() -> None:
     print_speedups(time_side_by_side(engines, modes, rounds), [name for name, *_ in modes])
     for name, engine in engines.items():
         costs = engine.costs
-        widths = {w: round(ms, 1) for w, ms in sorted(costs.observed_catchup.items())}
+        widths = {w: round(ms, 1) for w, ms in sorted(costs.observed_draft_widths.items())}
         print(f"{name}: learned draft step {costs.draft():.1f} ms, catch-up passes {widths}, "
               f"prefill {costs.prefill():.2f} ms a token")
 

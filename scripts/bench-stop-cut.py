@@ -52,6 +52,7 @@ def main() -> None:
     prompts = [json.loads(line) for line in (ROOT / "docs" / "bench-prompts.jsonl").read_text().splitlines()]
     engine.complete(CompletionRequest(engine.encode_fim("def add(a, b):\n", "\n"), 16))
     seconds, drafted = {name: 0.0 for name, _, _ in modes}, {name: 0 for name, _, _ in modes}
+    passes = dict.fromkeys(drafted, 0)
     for turn in range(args.rounds):
         for prompt in prompts:
             ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
@@ -65,6 +66,7 @@ def main() -> None:
                 seconds[name] += time.perf_counter() - started
                 engine.forget_session("bench").result()
                 drafted[name] += result.stats.drafted
+                passes[name] += result.stats.draft_passes
                 out[name] = result.token_ids
             alone = out["target alone"]
             assert out["auto"] == alone, f"{prompt['name']}: auto differs from target alone"
@@ -72,7 +74,8 @@ def main() -> None:
         print(f"round {turn + 1} of {args.rounds} done", flush=True)
     engine_module.generate = generate
     for name, _, _ in modes:
-        print(f"{name:20s} {seconds['target alone'] / seconds[name]:.3f}x target alone, {drafted[name]} tokens drafted")
+        print(f"{name:20s} {seconds['target alone'] / seconds[name]:.3f}x target alone, {drafted[name]} tokens drafted, "
+              f"{passes[name]} draft model passes")
 
 
 if __name__ == "__main__":

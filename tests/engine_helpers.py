@@ -82,7 +82,7 @@ class ReferenceDrafter:
     def __init__(self, model, mode: str, seed: int = 0):
         self.model, self.mode, self.rng = model, mode, random.Random(seed)
 
-    def propose(self, tokens: list[int], k: int, cancelled) -> Draft:
+    def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         vocab = self.model.config.vocab_size
         if self.mode == "random":
             drafted = [self.rng.randrange(vocab) for _ in range(k)]

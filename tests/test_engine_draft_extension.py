@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine import CompletionRequest
-from engine.drafters import Draft, LookupDrafter, ModelDrafter, extension_lookup
+from engine.drafters import Draft, HybridDrafter, LookupDrafter, ModelDrafter, extension_lookup
 from engine.kvcache import TrackedCache
 from engine.pass_costs import PassCosts
 from engine.policy import best_choice
@@ -155,3 +155,22 @@ def test_auto_cuts_an_extension_that_has_been_wrong(extension_right, kept):
 def test_cutting_a_draft_keeps_the_count_of_extension_tokens():
     draft = Draft(tokens=list(range(8)), probs=[None] * 8, source="draft", passes=3, extended=5)
     assert draft.cut(6).extended == 3 and draft.cut(2).extended == 0 and draft.tokens == [0, 1]
+
+
+@pytest.mark.parametrize("finish_at", [1, 2, 4, 6])
+def test_the_draft_model_spends_no_pass_past_the_token_that_finishes_the_completion(draft_model, finish_at):
+    prompt = random_prompt(12)
+    whole = ModelDrafter(draft_model, TrackedCache(draft_model), min_confidence=0.0).propose(prompt, 6, lambda: False)
+    assert whole.passes == 6
+
+    def finishes(drafted):  # e.g. the line's end: here the finish_at-th drafted token
+        assert drafted == whole.tokens[:len(drafted)]
+        return len(drafted) >= finish_at
+    drafter = ModelDrafter(draft_model, TrackedCache(draft_model), min_confidence=0.0)
+    cut = drafter.propose(prompt, 6, lambda: False, finishes)
+    assert cut.tokens == whole.tokens[:finish_at] and cut.passes == finish_at
+    # Through the hybrid drafter when the lookup finds nothing: the model gets the same predicate.
+    hybrid = HybridDrafter(LookupDrafter(max_ngram=4, min_ngram=4),
+                           ModelDrafter(draft_model, TrackedCache(draft_model), min_confidence=0.0))
+    via_hybrid = hybrid.propose(prompt, 6, lambda: False, finishes)
+    assert via_hybrid.source == "draft" and via_hybrid.tokens == cut.tokens and via_hybrid.passes == finish_at

@@ -134,7 +134,8 @@ def test_a_stop_predicate_ends_every_drafter_where_target_alone_ends(engines, re
                                                       adaptive_k=False, stop=stop))
     assert spec.token_ids == alone.token_ids and spec.text == alone.text and spec.finish_reason == "stop"
     if drafter == "draft":  # the draft model is the target here: every draft is right, the first pass drafts 8
-        assert spec.stats.target_passes == 1 and spec.stats.drafted == end
+        # ... but the draft model stops at the finishing token: no pass is spent on what would be thrown away.
+        assert spec.stats.target_passes == 1 and spec.stats.drafted == end and spec.stats.draft_passes == end
 
 
 def test_cancel_before_start_returns_cancelled_without_tokens(engines):

@@ -331,7 +331,7 @@ class TextLookup:
     def __init__(self, text, right):
         self.text, self.right, self.calls = text, right, 0
 
-    def propose(self, tokens, k, cancelled):
+    def propose(self, tokens, k, cancelled, finishes=None):
         self.calls += 1
         follow = self.text[len(tokens):len(tokens) + k]
         guesses = follow if self.right else [t + 1 for t in follow]
@@ -449,7 +449,7 @@ class WrongDrafter:
     def __init__(self, model, source):
         self.inner, self.source = ReferenceDrafter(model, "wrong"), source
 
-    def propose(self, tokens, k, cancelled):
+    def propose(self, tokens, k, cancelled, finishes=None):
         draft = self.inner.propose(tokens, k, cancelled)
         draft.source = self.source
         return draft
