@@ -54,7 +54,7 @@ class Run:
 
 
 def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int, warm: bool = False,
-                 kind: str = "") -> Run:
+                 kind: str = "", stop=None) -> Run:
     from engine.types import CompletionRequest
 
     session = f"bench:{mode}" if warm else None
@@ -62,7 +62,7 @@ def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, 
         engine.prefill(session, prompt_ids).result()
     started = time.perf_counter()
     result = engine.complete(CompletionRequest(prompt_ids, max_new_tokens, drafter=DRAFTER_OF_MODE[mode],
-                                               max_draft_tokens=k, session=session, kind=kind))
+                                               max_draft_tokens=k, session=session, kind=kind, stop=stop))
     seconds = time.perf_counter() - started
     if warm:  # the next prompt starts cold again, its lookups without this completion in the session's history
         engine.forget_session(session).result()

@@ -12,9 +12,16 @@ PROMPTS = Path(__file__).resolve().parents[1] / "docs" / "bench-prompts.jsonl"
 K = 8  # drafted tokens at most, as `codecue-bench engine`'s default
 
 
-def time_side_by_side(engines: dict, modes: tuple, rounds: int) -> dict[tuple[str, str], float]:
+def first_line_done(text: str) -> bool:
+    """The server's single-line mode (codecue_lsp/postprocess.py): the completion ends with its first line, leading
+    newlines skipped."""
+    return "\n" in text.lstrip("\n")
+
+
+def time_side_by_side(engines: dict, modes: tuple, rounds: int, lines_end: bool = False) -> dict[tuple[str, str], float]:
     """Seconds per (prompt kind, mode name), summed over the rounds. modes: (name, the engine bench's mode, key of
-    its engine in `engines`, whether the request carries the kind the server would send)."""
+    its engine in `engines`, whether the request carries the kind the server would send). lines_end: single-line
+    prompts stop at the end of their line, as the server asks (else every prompt runs to 64 tokens)."""
     from engine.types import CompletionRequest
 
     prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
@@ -29,7 +36,8 @@ def time_side_by_side(engines: dict, modes: tuple, rounds: int) -> dict[tuple[st
             reference = None
             for name, mode, engine, with_kind in (modes if turn % 2 == 0 else modes[::-1]):
                 run = run_own_mode(engines[engine], mode, ids, 64, K, warm=True,
-                                   kind=request_kind(prompt["kind"]) if with_kind else "")
+                                   kind=request_kind(prompt["kind"]) if with_kind else "",
+                                   stop=first_line_done if lines_end and prompt["kind"] == "line" else None)
                 reference = run.tokens if reference is None else reference
                 assert run.tokens == reference, f"{prompt['name']}: {name} differs"
                 seconds[prompt["kind"], name] = seconds.get((prompt["kind"], name), 0.0) + run.seconds

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import engine.engine as engine_module  # noqa: E402
+from codecue_bench.side_by_side import first_line_done  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.models import load_pair  # noqa: E402
 from engine.speculative import generate  # noqa: E402
@@ -35,10 +36,6 @@ def generate_at(rev: str):
     exec(compile(re.sub(r"^from \.", "from engine.", source, flags=re.M), f"{rev}:engine/speculative.py", "exec"),
          module.__dict__)
     return module.generate
-
-
-def first_line_done(text: str) -> bool:
-    return "\n" in text.lstrip()
 
 
 def main() -> None:

@@ -333,3 +333,17 @@ def test_bench_passes_times_the_lean_step_against_transformers_forward(monkeypat
         assert costs[f"{name}_layer_speedup"] == pytest.approx(costs[f"{name}_python"] / costs[name])
     # Each timed pass ran twice through the lean step (native and Python layers) and once through transformers'.
     assert sorted(lean_widths) == [1, 1, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
+@pytest.mark.parametrize("text,done", [
+    ("x = 1", False),
+    ("x = 1\n", True),
+    ("\n    return x", False),  # a completion that starts on the next line: that line is the one asked for
+    ("\n\n    return x\n", True),
+    ("    \n", True),  # a line of blanks is a line
+    ("", False),
+])
+def test_side_by_side_benches_end_a_single_line_where_the_server_does(text, done):
+    from codecue_bench.side_by_side import first_line_done
+
+    assert first_line_done(text) is done
