@@ -18,7 +18,8 @@ def first_line_done(text: str) -> bool:
     return "\n" in text.lstrip("\n")
 
 
-def time_side_by_side(engines: dict, modes: tuple, rounds: int, lines_end: bool = False) -> dict[tuple[str, str], float]:
+def time_side_by_side(engines: dict, modes: tuple, rounds: int,
+                      lines_end: bool = False) -> dict[tuple[str, str], float]:
     """Seconds per (prompt kind, mode name), summed over the rounds. modes: (name, the engine bench's mode, key of
     its engine in `engines`, whether the request carries the kind the server would send). lines_end: single-line
     prompts stop at the end of their line, as the server asks (else every prompt runs to 64 tokens)."""

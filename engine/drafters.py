@@ -3,8 +3,9 @@
     propose(tokens, k, cancelled, finishes=None) -> Draft(tokens, probs, source)
 
 `tokens` is everything committed so far (prompt + generated). finishes(drafted) says whether those draft tokens
-finish the completion (a stop token, the end of the line asked for): a drafter that pays per token stops there. `probs[i]` is the drafter's distribution that
-drafts[i] was sampled from (needed by the exact sampling rule), or None when the draft is deterministic.
+finish the completion (a stop token, the end of the line asked for): a drafter that pays per token stops there.
+`probs[i]` is the drafter's distribution that drafts[i] was sampled from (needed by the exact sampling rule), or
+None when the draft is deterministic.
 `source` says where a draft came from ("draft" model; lookup in the "prompt", an open document ("workspace") or
 the session's earlier completions ("history")); the auto policy keeps acceptance per source. The timing fields
 let the policy learn what drafting costs on this machine.

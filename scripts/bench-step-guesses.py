@@ -29,7 +29,8 @@ def main() -> None:
              ("auto, guesses", "auto", "on", True))
     print_speedups(time_side_by_side(engines, modes, rounds, lines_end=True), [name for name, *_ in modes])
     guesses = engines["on"].step_guesses
-    print(f"guesses right {guesses.alpha():.3f} of the time, {guesses.count()} a step; draft model's pass by width, ms:",
+    print(f"guesses right {guesses.alpha():.3f} of the time, {guesses.count()} a step; "
+          "the draft model's pass by width, ms:",
           {width: round(guesses.costs.draft_width(width), 1) for width in (1, 2, 3, 4)})
 
 
