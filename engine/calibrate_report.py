@@ -45,4 +45,14 @@ def chosen_line(cal: Calibration, choice: Choice) -> str:
                if choice.target_prefill_torch else "")
             + (f"; draft model {'on' if choice.draft_model else 'off'} (expected "
                f"{choice.expected_draft_speedup:.2f}x at {DRAFT_ALPHA:.0%} acceptance)" if choice.draft_weights else "")
+            + (guesses_note(draft) if choice.draft_model and draft is not None and draft.complete else "")
             + cost)
+
+
+def guesses_note(draft) -> str:
+    """How many lookup guesses the draft model's steps check at first (engine/step_guesses.py), by its widths."""
+    from .step_guesses import PRIOR_ALPHA, first_count
+
+    count = first_count(draft.pass_ms)
+    return (f", its steps checking {count or 'no'} lookup guess{'es' if count != 1 else ''} at first "
+            f"(its passes by width at a {PRIOR_ALPHA:.0%} guess rate)")

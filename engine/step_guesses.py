@@ -58,6 +58,12 @@ class StepGuesses:
         self.tried = DECAY * self.tried + right + missed
 
 
+def first_count(draft_pass_ms: dict[int, float]) -> int:
+    """The guesses a step takes before any has been tried, from a calibration's draft pass widths."""
+    costs = PassCosts(draft_ms=draft_pass_ms[1], draft_pass_ms=dict(draft_pass_ms), calibrated=True)
+    return StepGuesses(costs, most_guesses()).count()
+
+
 def most_guesses() -> int:
     """CODECUE_DRAFT_GUESSES: the most guesses a step may check (0: none, one token a step as before)."""
     return int(os.environ.get("CODECUE_DRAFT_GUESSES", str(MOST_GUESSES)))

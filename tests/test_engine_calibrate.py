@@ -485,3 +485,15 @@ def test_a_child_that_crashes_is_not_measured_again_in_the_server(tmp_path, monk
 def test_the_processor_name_tells_cpu_generations_apart(cpuinfo, expected):
     """Cloud CPUs that say only "AMD EPYC" differ by family and model (Zen 3: AVX2 only; Zen 4: AVX-512)."""
     assert cal_mod.cpu_name(cpuinfo) == expected
+
+
+@pytest.mark.parametrize("growth,note", [
+    (0.05, "its steps checking 3 lookup guesses at first"),  # a bandwidth-bound draft pass: wider steps cost little
+    (0.2, "its steps checking 1 lookup guess at first"),
+    (1.0, "its steps checking no lookup guesses at first"),  # a pass over n tokens costs n passes: never worth it
+])
+def test_the_chosen_line_says_how_many_lookup_guesses_the_draft_models_steps_check(growth, note):
+    cal = table(m("target", "vnni", "float32", 45, growth=0.05), m("draft", "vnni4", "float32", 6, growth=growth,
+                                                                   prefill=2000))
+    choice = choose(cal, TARGET_FORMATS + ("vnni",), DRAFT_FORMATS + ("vnni4",))
+    assert choice.draft_model and note in format_table(cal, choice).splitlines()[-1]
