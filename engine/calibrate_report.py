@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .calibrate import DRAFT_ALPHA, WIDTHS, Calibration, Choice
+from .step_guesses import PRIOR_ALPHA, first_count
 
 
 def copy_kind(weights: str) -> str:
@@ -51,8 +52,6 @@ def chosen_line(cal: Calibration, choice: Choice) -> str:
 
 def guesses_note(draft) -> str:
     """How many lookup guesses the draft model's steps check at first (engine/step_guesses.py), by its widths."""
-    from .step_guesses import PRIOR_ALPHA, first_count
-
     count = first_count(draft.pass_ms)
     return (f", its steps checking {count or 'no'} lookup guess{'es' if count != 1 else ''} at first "
             f"(its passes by width at a {PRIOR_ALPHA:.0%} guess rate)")

@@ -357,8 +357,7 @@ class Engine:
         min_confidence = 0.3 if request.adaptive_k else 0.0
         extend = extension_lookup(self.workspace) if extension_wanted() else None
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
-                             min_confidence, extend, self._draft_view(),
-                             self.step_guesses if self.step_guesses.most > 0 else None)
+                             min_confidence, extend, self._draft_view(), self.step_guesses)
         if name == "draft":
             return model
         if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself

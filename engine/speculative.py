@@ -137,11 +137,17 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         name, k = controller.choose(tokens, request.max_new_tokens - len(generated) - 1)
         on_phase("draft")
         t0 = time.perf_counter()
-        draft = (drafters[name].propose(tokens, k, cancel.is_set, lambda drafted: finished(generated + drafted))
-                 if k > 0 else Draft())
+        checked: dict[tuple[int, ...], bool] = {}  # the draft model's checks, not decoded again by cut_at_finish
+
+        def finishes(drafted: list[int]) -> bool:
+            key = tuple(drafted)
+            if key not in checked:
+                checked[key] = finished(generated + drafted)
+            return checked[key]
+        draft = drafters[name].propose(tokens, k, cancel.is_set, finishes) if k > 0 else Draft()
         draft = controller.review(draft)  # e.g. shorten a lookup draft from a source that is rarely right
         drafted = draft.tokens
-        draft, draft_finishes = cut_at_finish(draft, lambda n: finished(generated + drafted[:n]))
+        draft, draft_finishes = cut_at_finish(draft, lambda n: finishes(drafted[:n]))
         stats.seconds_draft += time.perf_counter() - t0
         stats.draft_passes += draft.passes
         if cancel.is_set():
