@@ -39,7 +39,8 @@ class PassCosts:
     prefer them and rescale the prior's shape to them where a width was never seen. calibrated: the prior was
     measured on this machine, so the first timing of a width moves it by the EMA's weight rather than replacing it
     (a first call's one-time costs made the draft model's pass look 2x dearer than it is, and the policy, drafting
-    with it no more, never saw it cheaper; the neutral guess is only a shape, and the first timing replaces it)."""
+    with it no more, never saw it cheaper; the neutral guess is only a shape, and the first timing replaces it). The
+    draft model's calibrated figures the loop has not timed yet move with the target's timings (`drift`)."""
     verify_ms: dict[int, float] = field(default_factory=lambda: dict(NEUTRAL_VERIFY_MS))
     draft_ms: float | None = None
     draft_pass_ms: dict[int, float] | None = None
@@ -79,7 +80,7 @@ class PassCosts:
 
     def _draft_width(self, width: int) -> float:
         if self.draft_pass_ms is not None:
-            prior = self.draft_pass_ms
+            prior = {w: ms * self.drift() for w, ms in self.draft_pass_ms.items()}
         else:  # not measured: the target's shape at the draft model's one-token cost
             prior = {w: ms * self.draft() / self.verify(1) for w, ms in self._verify_table().items()}
         observed = dict(self.observed_draft_widths)
@@ -92,12 +93,25 @@ class PassCosts:
     def draft(self) -> float:
         if self.observed_draft is not None:
             return self.observed_draft
-        return self.draft_ms if self.draft_ms is not None else self.draft_ratio * self.verify(1)
+        return self.draft_ms * self.drift() if self.draft_ms is not None else self.draft_ratio * self.verify(1)
 
     def prefill(self) -> float:
         if self.observed_prefill is not None:
             return self.observed_prefill
-        return self.draft_prefill_ms if self.draft_prefill_ms is not None else NEUTRAL_PREFILL_RATIO * self.draft()
+        if self.draft_prefill_ms is not None:
+            return self.draft_prefill_ms * self.drift()
+        return NEUTRAL_PREFILL_RATIO * self.draft()
+
+    def drift(self) -> float:
+        """How much dearer the target's passes run now than the calibration timed them (< 1: cheaper), at the width
+        measured nearest to one token. The draft model's calibrated figures not yet timed here move with it: both
+        were timed in the same minute, so their ratio holds where the absolute figures do not (under the AVX2
+        emulation a calibration on a busy host priced the target's pass at 39.9 ms and the draft model's at 16.3;
+        the loop then timed 27 ms, and the draft model, priced at 16.3 and so never drafting, ran 10-12)."""
+        if not self.observed_verify:
+            return 1.0
+        near = min(self.observed_verify, key=lambda width: (abs(width - 1), width))
+        return self.observed_verify[near] / interpolate(self.verify_ms, near)
 
     def draft_passes(self, k: int) -> float:
         """Draft model passes (in one-token passes' worth) a K-token draft costs."""

@@ -121,16 +121,17 @@ def test_short_catch_ups_teach_their_widths_not_the_draft_models_step():
     costs = PassCosts(verify_ms=dict(FLAT), draft_ms=16.0, draft_pass_ms=dict(AVX2_DRAFT),
                       draft_prefill_ms=AVX2_DRAFT_PREFILL, calibrated=True)
     policy = GainPolicy(costs, ("none", "draft"), 8)
+    as_calibrated = interpolate(FLAT, 5) / 1000  # the target's 5-token verify as calibrated: no drift
     draft = Draft(tokens=[5, 6, 7, 8], probs=[None] * 4, source="draft", passes=4, steps=3, step_seconds=0.048,
                   catchup_tokens=8, catchup_seconds=0.080)
-    policy.report("draft", draft, 4, 0.1)
+    policy.report("draft", draft, 4, as_calibrated)
     assert costs.draft() == pytest.approx(16.0)
     assert costs.catchup(8) + costs.draft() == pytest.approx(64.16 + 0.2 * (80.0 - 64.16))  # moved, not replaced
     assert costs.catchup(12) > (64.16 + 130.39) / 2 - 16.0  # the prior's shape follows the nearest width measured
-    policy.report("draft", draft, 4, 0.1)  # a second timing moves the estimate again (nothing stale is kept)
+    policy.report("draft", draft, 4, as_calibrated)  # a second timing moves the estimate again (nothing stale is kept)
     assert costs.catchup(8) + costs.draft() == pytest.approx(64.16 + 0.36 * (80.0 - 64.16))
     long = Draft(tokens=[5], probs=[None], source="draft", passes=1, catchup_tokens=100, catchup_seconds=0.6)
-    policy.report("draft", long, 1, 0.1)
+    policy.report("draft", long, 1, interpolate(FLAT, 2) / 1000)
     assert costs.prefill() == pytest.approx(AVX2_DRAFT_PREFILL + 0.2 * (6.0 - AVX2_DRAFT_PREFILL))
 
 
@@ -171,8 +172,8 @@ def test_a_calibrated_prior_is_moved_by_a_first_timing_not_replaced_and_still_fo
     costs = PassCosts(verify_ms={1: 40.0, 2: 42.0, 4: 52.0, 8: 77.0}, draft_ms=10.0, draft_prefill_ms=2.0,
                       calibrated=True)
     costs.observe_draft(24.0)  # a first call's one-time costs
-    costs.observe_verify(1, 140.0)
     costs.observe_prefill(12.0)
+    costs.observe_verify(1, 140.0)  # (after the draft model's timings: the target's drift moves no timed figure)
     assert math.isclose(costs.draft(), 10.0 + 0.2 * 14.0) and math.isclose(costs.verify(1), 40.0 + 0.2 * 100.0)
     assert math.isclose(costs.prefill(), 2.0 + 0.2 * 10.0)
     assert math.isclose(costs.verify(8), 77.0 * 60.0 / 40.0)  # the prior's shape, rescaled to the blended estimate
@@ -488,6 +489,53 @@ def test_new_sessions_start_from_what_drafting_earned_in_earlier_sessions():
     assert later.alpha("draft") == pytest.approx(0.1, abs=0.01)
     assert later.alpha("prompt") == pytest.approx(0.9, abs=0.01)
     assert later.alpha("workspace") == pytest.approx(0.8)  # a source without evidence keeps the seed
+
+
+def test_one_miss_in_a_new_session_does_not_undo_what_the_draft_model_earned_before():
+    """Pooled at 0.9, a line's first draft missing at its first token must leave the model drafting long drafts
+    (at the optimistic seed's weight it fell to 0.64 and K to 2: a third target pass on a 5-9-token line)."""
+    from engine.policy import SharedAcceptance
+
+    def pooled(**weights) -> SharedAcceptance:
+        shared = SharedAcceptance(**weights)
+        for _ in range(40):
+            shared.add("draft", 0.9, 1.0)
+            shared.add("prompt", 0.9, 1.0)
+        return shared
+    costs = PassCosts(verify_ms={1: 44.3, 4: 44.3, 5: 51.1, 8: 71.4, 9: 79.8}, draft_ms=10.0)  # this VM, natively
+    missed = Draft(tokens=[1, 2, 3, 4], probs=[None] * 4, source="draft", passes=4)
+
+    def k_after_a_miss(seeds: SharedAcceptance) -> tuple[int, int]:
+        policy = GainPolicy(costs, ("none", "draft"), 8, shared=seeds)
+        assert policy.alpha("draft") == pytest.approx(0.9, abs=0.01)
+        before = policy.choose(list(range(50)), 63)[1]
+        policy.report("draft", missed, 0, 0.0511)
+        return before, policy.choose(list(range(50)), 63)[1]
+    assert k_after_a_miss(pooled()) == (3, 3)
+    assert k_after_a_miss(pooled(seed_weights={})) == (3, 2)  # every seed at the optimistic seed's 2 trials
+    lookups = GainPolicy(costs, ("none", "lookup"), 8, shared=pooled())  # a lookup's seed is still 2 trials' worth
+    lookups._add_trials("prompt", 0, 1)
+    assert lookups.alpha("prompt") == pytest.approx(0.9 * 1.8 / (0.9 * 2 + 1), abs=0.01)
+
+
+def test_the_draft_models_untimed_costs_move_with_the_targets_timings():
+    """A calibration timed on a busy host: the target's pass at 39.9 ms, the draft model's at 16.3. The loop then
+    timed the target at 27 ms; the draft model, still priced at 16.3, looked too dear to draft. Both move together
+    until the draft model is timed itself."""
+    calibrated = {1: 39.9, 2: 54.5, 4: 78.2, 8: 123.2, 16: 234.4}
+    costs = PassCosts(verify_ms=dict(calibrated), draft_ms=16.3, draft_pass_ms=dict(AVX2_DRAFT),
+                      draft_prefill_ms=AVX2_DRAFT_PREFILL, calibrated=True)
+    assert costs.drift() == 1.0 and costs.draft() == 16.3
+    for _ in range(40):
+        costs.observe_verify(1, 27.0)
+    scale = costs.verify(1) / 39.9
+    assert scale == pytest.approx(27.0 / 39.9, rel=0.01) and costs.drift() == pytest.approx(scale)
+    assert costs.draft() == pytest.approx(16.3 * scale) and costs.prefill() == pytest.approx(AVX2_DRAFT_PREFILL * scale)
+    assert costs.draft_width(4) == pytest.approx(AVX2_DRAFT[4] * scale)
+    costs.observe_draft(11.0)  # timed itself: its own figure
+    assert costs.draft() == pytest.approx(16.3 * scale + 0.2 * (11.0 - 16.3 * scale))
+    costs.observe_verify(1, 200.0)  # the target's drift no longer moves a figure the loop has timed
+    assert costs.draft() == pytest.approx(16.3 * scale + 0.2 * (11.0 - 16.3 * scale))
 
 
 def test_a_catch_up_is_priced_over_what_completions_here_run_to_not_what_they_allow():

@@ -7,7 +7,7 @@ import torch
 from engine import CompletionRequest
 from engine.drafters import ModelDrafter
 from engine.kvcache import TrackedCache
-from engine.pass_costs import PassCosts
+from engine.pass_costs import PassCosts, interpolate
 from engine.policy import GainPolicy
 from engine.step_guesses import PRIOR_TRIES, StepGuesses
 from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
@@ -127,7 +127,7 @@ def test_the_policy_learns_wide_steps_as_widths_and_prices_them_in_one_token_ste
     # 6 tokens: one one-token step, then two steps over 4 tokens (each 1.34 one-token steps' worth).
     draft = Draft(tokens=list(range(6)), probs=[None] * 6, source="draft", passes=3, steps=1, step_seconds=0.010,
                   wide_steps=[(4, 0.0134), (4, 0.0134)])
-    policy.report("draft", draft, 6, 0.05)
+    policy.report("draft", draft, 6, interpolate(costs.verify_ms, 7) / 1000)  # the target as calibrated
     assert costs.observed_draft_widths[4] == pytest.approx(13.4)
     assert costs.observed_extra_passes == pytest.approx((3 + 2 * 0.34 - 1) / 5)
 
