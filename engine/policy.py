@@ -102,9 +102,9 @@ class SharedAcceptance:
     decay: float = 0.98
     min_tried: float = 4.0  # below this much evidence a source keeps the session's optimistic seed
     # Trials' worth of the pooled rate a new session starts from. The draft model's acceptance is the pair's on this
-    # user's code, much the same in every document: at 2 trials one miss at a line's start (its hardest tokens) took
-    # it from 0.9 to 0.64 and the model's K to 2, a third target pass on a 5-9-token line. How often the prompt
-    # repeats itself is the document's own: the lookups' seed stays light.
+    # user's code, much the same in every document: at 2 trials one miss at a line's start took it from 0.9 to 0.64
+    # and the model's K to 2, a third target pass on a 5-9-token line. How often the prompt repeats itself is the
+    # document's own: the lookups' seed stays light.
     seed_weights: dict[str, float] = field(default_factory=lambda: {"draft": 8.0})
 
     def add(self, source: str, accepted: float, tried: float) -> None:
