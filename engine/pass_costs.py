@@ -108,10 +108,7 @@ class PassCosts:
         were timed in the same minute, so their ratio holds where the absolute figures do not (under the AVX2
         emulation a calibration on a busy host priced the target's pass at 39.9 ms and the draft model's at 16.3;
         the loop then timed 27 ms, and the draft model, priced at 16.3 and so never drafting, ran 10-12)."""
-        if not self.observed_verify:
-            return 1.0
-        near = min(self.observed_verify, key=lambda width: (abs(width - 1), width))
-        return self.observed_verify[near] / interpolate(self.verify_ms, near)
+        return self.verify(1) / interpolate(self.verify_ms, 1)  # the learned table is the prior rescaled this way
 
     def draft_passes(self, k: int) -> float:
         """Draft model passes (in one-token passes' worth) a K-token draft costs."""

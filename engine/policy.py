@@ -126,9 +126,9 @@ class SharedAcceptance:
 
     def seed(self, source: str, default: list[float]) -> list[float]:
         """A session's starting counts: the pooled rate, weighted by `seed_weights` (else like the optimistic
-        seed, 2 trials)."""
+        seed)."""
         accepted, tried = self.trials.get(source, (0.0, 0.0))
-        weight = self.seed_weights.get(source, 2.0)
+        weight = self.seed_weights.get(source, default[1])
         return [weight * accepted / tried, weight] if tried >= self.min_tried else list(default)
 
 
