@@ -536,6 +536,9 @@ def test_the_draft_models_untimed_costs_move_with_the_targets_timings():
     assert costs.draft() == pytest.approx(16.3 * scale + 0.2 * (11.0 - 16.3 * scale))
     costs.observe_verify(1, 200.0)  # the target's drift no longer moves a figure the loop has timed
     assert costs.draft() == pytest.approx(16.3 * scale + 0.2 * (11.0 - 16.3 * scale))
+    wide_only = PassCosts(verify_ms=dict(calibrated), draft_ms=16.3, calibrated=True)
+    wide_only.observe_verify(5, 50.0)  # only verifies timed: the drift at the width nearest one token
+    assert wide_only.drift() == pytest.approx(wide_only.observed_verify[5] / interpolate(calibrated, 5))
 
 
 def test_a_catch_up_is_priced_over_what_completions_here_run_to_not_what_they_allow():
