@@ -23,6 +23,8 @@ from .interrupt import PassCancelled
 from .kvcache import PREFILL_CHUNK, TrackedCache, cache_for
 from .sampling import sample, warp
 
+MATCH_CAP = 32  # the longest match worth measuring: past a line or two it says no more
+
 
 @dataclass
 class Draft:
@@ -36,6 +38,7 @@ class Draft:
     catchup_seconds: float = 0.0
     lookup_seconds: float = 0.0
     extended: int = 0  # of the tokens, how many the model's lookup extension added (the last ones)
+    matched: int = 0  # a lookup draft: how many context tokens its match spans (the longer, the likelier it is right)
     wide_steps: list[tuple[int, float]] = field(default_factory=list)  # (width, seconds): steps checking guesses
 
     @property
@@ -73,31 +76,50 @@ class LookupDrafter:
 
     def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         started = time.perf_counter()
-        found, length = find_continuation(np.asarray(tokens, dtype=np.int64), k, self.max_ngram, self.min_ngram)
+        arr = np.asarray(tokens, dtype=np.int64)
+        match = latest_match(arr, self.max_ngram, self.min_ngram) if k > 0 else None
+        found, length, matched = [], 0, 0
+        if match is not None:
+            start, length = match
+            found, matched = arr[start + length:start + length + k].tolist(), matched_length(arr, start, length)
         source = "prompt"
         if self.index is not None and k > 0:
             # Only a match longer than the prompt's is worth it: the prompt is the most local context.
             hit = self.index.query(tokens, self.index_max_ngram, k, max(self.index_min_ngram, length + 1))
             if hit is not None and hit.tokens:
-                found, source = hit.tokens, hit.source
+                found, source, matched = hit.tokens, hit.source, hit.length
         return Draft(tokens=found, probs=[None] * len(found), source=source if found else "none",
-                     lookup_seconds=time.perf_counter() - started)
+                     lookup_seconds=time.perf_counter() - started, matched=matched)
 
 
 def find_continuation(arr: np.ndarray, k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int]:
     """(up to k tokens after the latest earlier match of arr's last n tokens, n); ([], 0) when nothing matches."""
-    if k <= 0:
+    match = latest_match(arr, max_ngram, min_ngram) if k > 0 else None
+    if match is None:
         return [], 0
+    start, n = match
+    return arr[start + n: start + n + k].tolist(), n
+
+
+def latest_match(arr: np.ndarray, max_ngram: int, min_ngram: int) -> tuple[int, int] | None:
+    """(start, n) of the latest earlier occurrence of arr's last n tokens, the longest n from max_ngram down to
+    min_ngram; None when nothing matches. The latest is the most local context, and always has a token after it."""
     for n in range(min(max_ngram, len(arr) - 1), min_ngram - 1, -1):
-        pattern = arr[-n:]
         windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # every earlier n-gram start
-        hits = np.flatnonzero((windows == pattern).all(axis=1))
-        # Latest match first: it is the most local context. Skip matches with nothing after them.
-        for start in hits[::-1]:
-            follow = arr[start + n: start + n + k]
-            if len(follow):
-                return follow.tolist(), n
-    return [], 0
+        hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))
+        if len(hits):
+            return int(hits[-1]), n
+    return None
+
+
+def matched_length(arr: np.ndarray, start: int, n: int, cap: int = MATCH_CAP) -> int:
+    """How many tokens the context and the text before arr[start + n] agree on, going back from the match of n
+    tokens at `start`: up to `cap`. A match spanning an earlier line or more is right far more often than a
+    2-token one (docs/benchmarks.md, thirty-second)."""
+    span = min(cap, start + n)
+    earlier, latest = arr[start + n - span:start + n][::-1], arr[len(arr) - span:][::-1]
+    differs = np.flatnonzero(earlier != latest)
+    return int(differs[0]) if len(differs) else span
 
 
 class ModelDrafter:

@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 from .pass_costs import PREFILL_MIN_TOKENS, PassCosts
 
 LOOKUP_SOURCES = ("prompt", "workspace", "history")
+# A lookup draft's acceptance by how many context tokens its match spans (Draft.matched): from the bench prompts and
+# 40 cuts of this repository's code, per drafted token 0.68 for 2-3, 0.81-0.86 for 4-7, 0.91-0.97 for 8 and more
+# (docs/benchmarks.md, thirty-second). One rate for every lookup cut the long matches to the short ones' length.
+MATCH_BUCKETS = ((16, "match16"), (8, "match8"), (4, "match4"), (0, "match2"))
+
+
+def match_bucket(matched: int) -> str | None:
+    """The acceptance a lookup draft matching `matched` context tokens is counted under; None for no match."""
+    return next(name for least, name in MATCH_BUCKETS if matched >= least) if matched else None
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -140,12 +149,13 @@ class Shadow:
     guesses: list[int]
     source: str
     before: list[int]  # the tokens just before start: a new request (another prompt) drops the shadow
+    matched: int = 0  # the lookup's match length (Draft.matched)
 
     TAIL = 16
 
     @classmethod
-    def of(cls, tokens: list[int], guesses: list[int], source: str) -> "Shadow":
-        return cls(len(tokens), list(guesses), source, tokens[-cls.TAIL:])
+    def of(cls, tokens: list[int], guesses: list[int], source: str, matched: int = 0) -> "Shadow":
+        return cls(len(tokens), list(guesses), source, tokens[-cls.TAIL:], matched)
 
     def same_text(self, tokens: list[int]) -> bool:
         return len(tokens) >= self.start and tokens[max(self.start - self.TAIL, 0):self.start] == self.before
@@ -181,7 +191,7 @@ class GainPolicy:
         self.kind = ""  # the request's kind (CompletionRequest.kind, set by the engine): completion lengths per kind
         optimistic = [2 * seed_alpha, 2.0]
         self.trials = {s: shared.seed(s, optimistic) if shared else list(optimistic)  # [accepted, tried]
-                       for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES)}
+                       for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES, *(b for _, b in MATCH_BUCKETS))}
         # Decaying count of lookup calls that found a match, of calls.
         self.hits = ([shared.hits[0] / shared.hits[1], 1.0] if shared and shared.hits[1] >= shared.min_tried
                      else [0.5, 1.0])
@@ -211,6 +221,7 @@ class GainPolicy:
         drafter, k = self._choose(tokens, max_k)
         if drafter in ("lookup", "hybrid"):
             self.shadow = None  # the real draft measures the lookup now
+            k = min(max_k, self.max_k)  # a lookup's tokens cost nothing to propose: `review` cuts by its match
         elif self.lookup is not None and self.shadow is None:
             self._propose_shadow(tokens, min(max_k, self.max_k))
         return drafter, k
@@ -276,7 +287,7 @@ class GainPolicy:
             return
         outcome = shadow.score(tokens)
         if outcome is not None:
-            self._add_trials(shadow.source, *outcome)
+            self._add_trials(shadow.source, *outcome, matched=shadow.matched)
             self.shadow, self.shadow_scored = None, self.shadow_scored + 1
 
     def _propose_shadow(self, tokens: list[int], k: int) -> None:
@@ -284,15 +295,16 @@ class GainPolicy:
         self.costs.observe_lookup(1000.0 * draft.lookup_seconds)
         self._add_hit(bool(draft.tokens))
         if draft.tokens:
-            self.shadow = Shadow.of(tokens, draft.tokens, draft.source)
+            self.shadow = Shadow.of(tokens, draft.tokens, draft.source, draft.matched)
 
     def _add_hit(self, found: bool) -> None:
         self.hits = [self.decay * self.hits[0] + found, self.decay * self.hits[1] + 1]
         if self.shared is not None:
             self.shared.add_hit(found)
 
-    def _add_trials(self, source: str, accepted: int, tried: int) -> None:
-        for name in [source] + (["lookup"] if source in LOOKUP_SOURCES else []):
+    def _add_trials(self, source: str, accepted: int, tried: int, matched: int = 0) -> None:
+        bucket = match_bucket(matched) if source in LOOKUP_SOURCES else None
+        for name in [source] + (["lookup"] if source in LOOKUP_SOURCES else []) + ([bucket] if bucket else []):
             if name in self.trials:
                 old = self.trials[name]
                 self.trials[name] = [self.decay * old[0] + accepted, self.decay * old[1] + tried]
@@ -300,14 +312,15 @@ class GainPolicy:
                     self.shared.add(name, accepted, tried)
 
     def review(self, draft):
-        """Cut a lookup draft to the length its own source's acceptance pays for (at least one token: the
-        source's acceptance must keep being measured; the drafter choice itself already paid off on average). A
-        model draft's lookup extension is cut the same way, to none at all where it has been wrong."""
+        """Cut a lookup draft to the length its match's acceptance pays for (by how many context tokens the match
+        spans, else by its source; at least one token: the acceptance must keep being measured, and the drafter
+        choice itself already paid off on average). A model draft's lookup extension is cut the same way, to none at
+        all where it has been wrong."""
         if draft.extended:
             return self._review_extension(draft)
         if draft.source not in LOOKUP_SOURCES or len(draft.tokens) <= 1:
             return draft
-        alpha = self.alpha(draft.source)
+        alpha = self.alpha(match_bucket(draft.matched) or draft.source)
         best = max(range(1, len(draft.tokens) + 1),
                    key=lambda k: expected_tokens(alpha, k) / self.costs.verify(k + 1))
         return draft.cut(best)
@@ -350,7 +363,7 @@ class GainPolicy:
                 self.model_probe_every = min(2 * self.model_probe_every, self.max_probe_every)
             self.since_model = 0
         if draft.tokens:
-            self._add_trials(draft.source, accepted, accepted + (accepted < len(draft.tokens)))
+            self._add_trials(draft.source, accepted, accepted + (accepted < len(draft.tokens)), draft.matched)
         if draft.extended and accepted >= draft.own:  # the extension was reached: its own trials
             kept = accepted - draft.own
             self._add_trials("extension", kept, kept + (kept < draft.extended))
