@@ -4,6 +4,7 @@ and completed in every mode, the order reversed every other round. Every mode's 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .engine_bench import request_kind, run_own_mode
@@ -55,3 +56,28 @@ def print_speedups(seconds: dict[tuple[str, str], float], names, baseline: str =
         total = sum(seconds[kind, baseline] for kind in kinds) / sum(seconds[kind, name] for kind in kinds)
         print(f"{name:{width}s} " + "  ".join(f"{kind} {r:.3f}" for kind, r in zip(kinds, ratios))
               + f"  all {total:.3f}")
+
+
+def auto_before_and_now(make_before, rounds: int) -> dict:
+    """Auto on main against an earlier policy (scripts/bench-auto-seeds.py, scripts/bench-lookup-match.py): two
+    engines on one loaded default pair, make_before(engine) turning one into the "before"; target alone, the draft
+    model's mode and auto on each, single lines stopped at their end; the prompts of $PROMPTS when set. Prints speed
+    over target alone per prompt kind and what each engine's auto pooled; returns the engines."""
+    from engine.engine import Engine
+    from engine.models import load_pair
+
+    global PROMPTS
+    if os.environ.get("PROMPTS"):
+        PROMPTS = Path(os.environ["PROMPTS"])
+    pair = load_pair("default", device="cpu", dtype=None, with_draft=True)
+    engines = {"before": Engine(pair), "now": Engine(pair)}
+    make_before(engines["before"])
+    modes = (("target alone", "target", "now", True), ("draft", "speculative", "now", True),
+             ("auto before", "auto", "before", True), ("auto now", "auto", "now", True))
+    seconds = time_side_by_side(engines, modes, rounds, lines_end=True)
+    print_speedups(seconds, [name for name, *_ in modes])
+    for name, engine in engines.items():
+        pooled = {source: round(accepted / tried, 3) for source, (accepted, tried) in engine.acceptance.trials.items()
+                  if tried}
+        print(f"{name}: pooled acceptance {pooled}")
+    return engines

@@ -10,16 +10,13 @@ each engine learned.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import codecue_bench.side_by_side as side_by_side  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.models import load_pair  # noqa: E402
+from codecue_bench.side_by_side import auto_before_and_now  # noqa: E402
 from engine.policy import LOOKUP_SOURCES, GainPolicy, expected_tokens  # noqa: E402
 
 
@@ -48,29 +45,20 @@ class OneLookupRate(GainPolicy):
         return draft.cut(best)
 
 
-def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    if os.environ.get("PROMPTS"):
-        side_by_side.PROMPTS = Path(os.environ["PROMPTS"])
-    pair = load_pair("default", device="cpu", dtype=None, with_draft=True)
-    engines = {"before": Engine(pair), "now": Engine(pair)}
-    before = engines["before"]
-    make_controller = before._controller
+def one_lookup_rate(engine) -> None:
+    """Every auto session this engine starts runs OneLookupRate."""
+    make_controller = engine._controller
 
     def old_controller(name, session, request):
         controller = make_controller(name, session, request)
         if type(controller) is GainPolicy:
             controller.__class__ = OneLookupRate
         return controller
-    before._controller = old_controller
-    modes = (("target alone", "target", "now", True), ("draft", "speculative", "now", True),
-             ("auto before", "auto", "before", True), ("auto now", "auto", "now", True))
-    seconds = side_by_side.time_side_by_side(engines, modes, rounds, lines_end=True)
-    side_by_side.print_speedups(seconds, [name for name, *_ in modes])
-    for name, engine in engines.items():
-        pooled = {source: round(accepted / tried, 3) for source, (accepted, tried) in engine.acceptance.trials.items()
-                  if tried}
-        print(f"{name}: pooled acceptance {pooled}")
+    engine._controller = old_controller
+
+
+def main() -> None:
+    auto_before_and_now(one_lookup_rate, int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 
 
 if __name__ == "__main__":
