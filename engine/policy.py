@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from .pass_costs import PREFILL_MIN_TOKENS, PassCosts
 
 LOOKUP_SOURCES = ("prompt", "workspace", "history")
-# A lookup draft's acceptance by how many context tokens its match spans (Draft.matched): from the bench prompts and
-# 40 cuts of this repository's code, per drafted token 0.68 for 2-3, 0.81-0.86 for 4-7, 0.91-0.97 for 8 and more
+# A lookup draft's acceptance by how many context tokens its match spans (Draft.matched): over the bench prompts and
+# 40 holes cut from this repository's code, per drafted token 0.65 for 2-3, 0.85 for 4-7, 0.89 for 8-15, 1.00 for 16+
 # (docs/benchmarks.md, thirty-second). One rate for every lookup cut the long matches to the short ones' length.
 MATCH_BUCKETS = ((16, "match16"), (8, "match8"), (4, "match4"), (0, "match2"))
 
