@@ -179,8 +179,8 @@ def formats_here(device: str = "cpu") -> dict[str, tuple[str, ...]]:
 
 
 def vnni_path(formats: dict[str, tuple[str, ...]]) -> str | None:
-    """The vector path of the vnni kernel the vnni formats (formats_here) run through ("avx512-vnni", "avx2"), None
-    without them."""
+    """The vector path of the vnni kernel the vnni formats (formats_here) run through ("avx512-vnni", "avx-vnni",
+    "avx2"), None without them."""
     from . import vnni
 
     return vnni.kernel().simd() if "vnni" in formats["target"] else None

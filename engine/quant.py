@@ -8,7 +8,7 @@ from it (engine/calibrate.py measures both on the machine at hand):
            channel (engine/gguf_weights.py). Closest to what llama.cpp computes.
 - "int4":  like "gguf" but every tensor in int4 group 32 (the Q6_K output head too): fastest, a little lossier.
 - "vnni":  the same numbers as "gguf" through CodeCue's own AVX-512 VNNI kernel (engine/vnni.py), activations
-           quantized to int8 like llama.cpp's: a verify pass of up to 8 tokens reads and unpacks the weights once.
+           quantized to int8 like llama.cpp's: a verify pass of up to 9 tokens reads and unpacks the weights once.
 - "vnni4": the numbers of "int4" through the vnni kernel: half the bytes of "vnni" wherever the GGUF is not Q4_K
            (the 0.5B draft's file is mostly Q5_0), for a draft model.
 The quantized CPU kernels have a fast path for bf16 activations only (3-4x slower than fp32 F.linear with fp32

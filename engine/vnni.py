@@ -10,8 +10,9 @@ on the other rows of the pass: a verify pass computes each token exactly as a on
 The kernel is compiled for this CPU (`-march=native`, torch's C++ extension build, 40-55 s on 2 cores) at set-up by
 `codecue-models fetch` (models_cli.build_kernel), or else on first use, and cached under $CODECUE_HOME/extensions
 (or $CODECUE_EXTENSIONS). Without AVX-512 VNNI it runs the same sums
-through AVX2 (`vpmaddubsw`), bitwise the same results; where the compiler targets neither the formats are not
-offered (`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
+through AVX2 (`vpmaddubsw`), or through AVX-VNNI's 256-bit `vpdpbusd` where the CPU has it (Intel's client CPUs
+since Alder Lake), bitwise the same results; where the compiler targets none of them the formats are not offered
+(`available()`); the same arithmetic runs lane by lane (`use_simd=False`) for tests.
 """
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ SOURCE = Path(__file__).parent / "kernels" / "vnni_linear.cpp"
 SOURCES = (SOURCE, SOURCE.parent / "lean_ops.cpp", SOURCE.parent / "lean_layer.cpp")
 BLOCK = 16  # output channels per block (one 512-bit register of int32 sums)
 INT8_GROUP = 128  # activation group of the 8-bit layers (their weights have one scale per channel)
+# Builds that run another CPU's path on this one, for tests and emulated benchmarks (any other name is gcc's -march):
+# the AVX-VNNI path through the instruction's AVX-512 form, on a CPU with AVX-512 VNNI but without AVX-VNNI, kept to
+# the 16 vector registers such a CPU has.
+EMULATED_MARCHES = {
+    "avx-vnni-on-avx512": ["-march=x86-64-v3", "-mavx512vnni", "-mavx512vl", "-DCODECUE_EMULATE_AVX_VNNI",
+                           *(f"-ffixed-xmm{register}" for register in range(16, 32))],
+}
 
 
 class KernelUnavailable(RuntimeError):
@@ -43,7 +51,8 @@ class KernelUnavailable(RuntimeError):
 def kernel(march: str | None = None):
     """The compiled extension for `march` (gcc's -march; default $CODECUE_KERNEL_MARCH, else "native": this CPU),
     built once per machine, torch version and march, then loaded from the cache. Another march (x86-64-v3: AVX2,
-    no AVX-512) runs the kernels a CPU without AVX-512 would run, on this one: for tests and emulated benchmarks."""
+    no AVX-512; EMULATED_MARCHES) runs the kernels another CPU would run, on this one: for tests and emulated
+    benchmarks."""
     return _kernel(march or os.environ.get("CODECUE_KERNEL_MARCH") or "native")
 
 
@@ -58,10 +67,14 @@ def _kernel(march: str):
         with exclusive_build(build):
             return cpp_extension.load(
                 name="codecue_vnni_linear" + tag.replace("-", "_"), sources=[str(source) for source in SOURCES],
-                build_directory=str(build), extra_cflags=["-O3", f"-march={march}", "-fopenmp"],
+                build_directory=str(build), extra_cflags=["-O3", *march_flags(march), "-fopenmp"],
                 extra_ldflags=["-fopenmp"], verbose=bool(os.environ.get("CODECUE_VERBOSE_BUILD")))
     except Exception as exc:  # no compiler, no ninja, a compile error
         raise KernelUnavailable(f"the vnni kernel could not be built ({exc})") from exc
+
+
+def march_flags(march: str) -> list[str]:
+    return EMULATED_MARCHES.get(march, [f"-march={march}"])
 
 
 def march_tag(march: str) -> str:
@@ -94,7 +107,7 @@ def exclusive_build(build: Path):
 
 
 def available() -> bool:
-    """The kernel builds here with a vector path (AVX-512 VNNI or AVX2)."""
+    """The kernel builds here with a vector path (AVX-512 VNNI, AVX-VNNI or AVX2)."""
     try:
         return kernel().simd() != "none"
     except KernelUnavailable as exc:

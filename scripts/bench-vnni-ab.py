@@ -3,6 +3,7 @@ rows per call, both builds alternate 15 times (the ratio of each pair, so a nois
 every call's numbers must be bitwise equal (a kernel change that alters them is not a speed change).
 
     .venv/bin/python scripts/bench-vnni-ab.py --rev HEAD~1 [--march x86-64-v3]   # x86-64-v3: the AVX2 build
+                                                   # (avx-vnni-on-avx512: the AVX-VNNI path, engine/vnni.py)
 
 The revision's engine/kernels/*.cpp are built as a second extension under another name ($CODECUE_HOME/extensions,
 ~1 minute the first time). Prints old and new best ms and the best and median of old ÷ new (> 1: faster now).
@@ -44,7 +45,7 @@ def build_at(rev: str, march: str):
             (folder / name).write_bytes(text)
     return cpp_extension.load(name=f"codecue_vnni_ab_{digest}_{march.replace('-', '_')}",
                               sources=[str(folder / name) for name in sources], build_directory=str(folder),
-                              extra_cflags=["-O3", f"-march={march}", "-fopenmp"], extra_ldflags=["-fopenmp"])
+                              extra_cflags=["-O3", *vnni.march_flags(march), "-fopenmp"], extra_ldflags=["-fopenmp"])
 
 
 def layer(n: int, k: int, bits: int) -> vnni.VnniLinear:

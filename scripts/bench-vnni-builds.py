@@ -1,5 +1,6 @@
 """The vnni kernel's arithmetic alone, per build: one layer's call (weights cache-resident, best of 30) through this
-CPU's build and, where the CPU has AVX-512, the AVX2 build (x86-64-v3) a CPU without it runs.
+CPU's build and, where the CPU has AVX-512 VNNI, the AVX2 build (x86-64-v3) a CPU without it runs and the AVX-VNNI
+path of Intel's client CPUs (tests/engine_helpers.py: kernel_marches).
 
     .venv/bin/python scripts/bench-vnni-builds.py
 """

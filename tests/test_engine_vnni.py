@@ -71,7 +71,7 @@ def test_layer_computes_with_its_weights_within_int8_activation_rounding(make, n
 @pytest.mark.parametrize("make", [int4_layer, int8_layer])
 def test_a_token_gets_the_same_numbers_whatever_else_is_in_its_pass(make):
     """The property that makes verify passes exact: rows of a batched pass equal one-token passes, bit for bit,
-    for every pass width (1..8 rows are one tile, 9..16 two)."""
+    for every pass width (one tile of rows up to 9 with AVX-512, 8 with AVX2; 13 and 16 are two)."""
     layer, _ = make(64, 256, seed=3)
     x = torch.randn(16, 256)
     with torch.no_grad():
@@ -98,14 +98,15 @@ def test_vector_and_lane_by_lane_paths_give_identical_numbers(make):
 @pytest.mark.parametrize("march", kernel_marches())
 @pytest.mark.parametrize("make", [int4_layer, int4_group64_layer, int4_group16_layer, int8_layer])
 def test_every_build_gives_the_lane_by_lane_numbers_for_every_pass_width(make, march):
-    """The AVX-512 and AVX2 paths (both built here where the CPU has AVX-512) sum the same integers and run the same
-    float operations: bitwise the lane-by-lane numbers, rows of any pass width equal to one-token passes. Groups
-    larger than 32 columns (the int8 layers' 128, a 4-bit group of 64) cross the AVX2 path's widening of its 16-bit
-    sums, groups of 16 end mid-chunk; widths past 8 cross the tiles of rows (17, 33, 40: prefill chunks)."""
+    """The AVX-512, AVX2 and AVX-VNNI paths (all built here where the CPU has AVX-512 VNNI) sum the same integers and
+    run the same float operations: bitwise the lane-by-lane numbers, rows of any pass width equal to one-token
+    passes. Groups larger than 32 columns (the int8 layers' 128, a 4-bit group of 64) cross the AVX2 path's widening
+    of its 16-bit sums, groups of 16 end mid-chunk; 9 is one AVX-512 tile (one integer sum per row from 3 rows),
+    wider passes cross the tiles of rows (17, 33, 40: prefill chunks)."""
     layer, _ = make(48, 512, seed=7)
     x = torch.randn(40, 512, generator=torch.Generator().manual_seed(2)) * 3
     build = vnni.kernel(march)
-    assert build.simd() == ("avx2" if march == "x86-64-v3" else vnni.kernel().simd())
+    assert build.simd() == {"x86-64-v3": "avx2", "avx-vnni-on-avx512": "avx-vnni"}.get(march, vnni.kernel().simd())
     args = (layer.packed, layer.d, layer.m, layer.out_features, layer.group, layer.bits, layer.per_channel)
     lanes = vnni.kernel().linear(x, *args, False)
     alone = torch.cat([build.linear(x[i:i + 1], *args, True) for i in range(40)])

@@ -24,8 +24,11 @@
 #include <limits>
 #include <vector>
 
-#if defined(__AVX512F__)
+// CODECUE_EMULATE_AVX_VNNI: a build that runs, on an AVX-512 CPU, what a CPU with AVX-VNNI but without AVX-512
+// runs (engine/vnni.py: EMULATED_MARCHES): these ops take their AVX2 loops there too.
+#if defined(__AVX512F__) && !defined(CODECUE_EMULATE_AVX_VNNI)
 #include <immintrin.h>
+#define CODECUE_LEAN_AVX512 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define CODECUE_LEAN_AVX2 1  // the CPUs without AVX-512: the same loops with 8-float registers
@@ -84,7 +87,7 @@ void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int
   for (int64_t j = 0; j < L; ++j) {
     const float* k = k0 + j * D;
     if (j + kAheadRows < L) prefetch_row(k + kAheadRows * D, D);
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
     if (D % 16 == 0) {
       __m512 acc[kRowsPerBlock];
       for (int r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
@@ -115,7 +118,7 @@ void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int
   }
 }
 
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
 // Lane j of the result: the sum of the 16 lanes of v[j]. A tree of unpacks and shuffles (45 instructions) in place of
 // 16 horizontal sums (~8 each).
 inline __m512 sum_lanes16(const __m512* v) {
@@ -178,7 +181,7 @@ void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t
 }
 #endif
 
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
 // exp of 16 floats (Cephes' expf: 2^n times a degree-7 polynomial of the remainder, ~1 ulp), for the softmax.
 inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
@@ -198,7 +201,7 @@ inline __m512 exp16(__m512 x) {
 void softmax_prefix(float* row, int64_t count) {
   int64_t j = 0;
   float top = -std::numeric_limits<float>::infinity(), sum = 0.f;
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
   __m512 top16 = _mm512_set1_ps(top);
   for (; j + 16 <= count; j += 16) top16 = _mm512_max_ps(top16, _mm512_loadu_ps(row + j));
   top = _mm512_reduce_max_ps(top16);
@@ -211,7 +214,7 @@ void softmax_prefix(float* row, int64_t count) {
 #endif
   for (int64_t t = j; t < count; ++t) top = std::max(top, row[t]);
   j = 0;
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
   const __m512 shift = _mm512_set1_ps(top);
   __m512 sum16 = _mm512_setzero_ps();
   for (; j + 16 <= count; j += 16) {
@@ -254,7 +257,7 @@ void weigh_values(const float* const* p, int rows, const float* v0, int64_t D, c
   for (int r = 0; r < rows; ++r) last = std::max(last, visible[r]);
   for (int64_t c0 = 0; c0 < D; c0 += 64) {  // 64 columns x 4 rows: 16 accumulators in registers
     const int64_t width = std::min<int64_t>(64, D - c0);
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
     if (width == 64) {
       __m512 acc[kRowsPerBlock][4];
       for (int r = 0; r < rows; ++r)
@@ -346,7 +349,7 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
   };
   // Keys in blocks of 16 (score_head_16) where the head's width allows, else one at a time (score_rows).
   bool blocked = false;
-#if defined(__AVX512F__)
+#if defined(CODECUE_LEAN_AVX512)
   const int chunks = D % 16 == 0 ? static_cast<int>(D / 16) : 0;
   blocked = chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8;
   if (blocked) {

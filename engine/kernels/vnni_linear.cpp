@@ -4,9 +4,9 @@
 // Why: on 2 cores the quantized kernels of torch and llama.cpp are compute-bound past one or two tokens a pass
 // (a 9-token verify costs 3-4x a one-token pass), so checking drafts costs almost what decoding them would. Here
 // the weights of 16 output channels are unpacked once and multiplied into every token of the pass
-// (`vpdpbusd`, u8 weights x s8 activations, 4 products per lane), so a pass of up to 8 tokens reads and unpacks the
-// weights once, and a token's result never depends on what else is in the pass (same integer sums, same order of
-// float operations): a verify pass computes each row exactly as a one-token pass would.
+// (`vpdpbusd`, u8 weights x s8 activations, 4 products per lane), so a pass of up to 9 tokens (8 with AVX2) reads
+// and unpacks the weights once, and a token's result never depends on what else is in the pass (same integer sums,
+// same order of float operations): a verify pass computes each row exactly as a one-token pass would.
 //
 // Layout of `packed` (uint8), per block of 16 output channels:
 //   4-bit: [K/8][64], byte 4c+j holds w[c][8o+j] in its low nibble and w[c][8o+4+j] in its high nibble (o: octet);
@@ -26,21 +26,31 @@
 #include <cstring>
 #include <string>
 
-// One of three paths, as the compiler targets this CPU (-march=native, or $CODECUE_KERNEL_MARCH): AVX-512 VNNI
+// One of four paths, as the compiler targets this CPU (-march=native, or $CODECUE_KERNEL_MARCH): AVX-512 VNNI
 // (`vpdpbusd`), AVX2 (`vpmaddubsw` + `vpmaddwd`: the CPUs without AVX-512, where llama.cpp's own kernels verify
-// 9 tokens at ~8x one token's cost), or lane by lane. All three compute the same integer sums and then the same
-// float operations in the same order: their results are bitwise equal (tests/test_engine_vnni.py).
+// 9 tokens at ~8x one token's cost), AVX2 with AVX-VNNI (the AVX2 path's integer sums by 256-bit `vpdpbusd`: Intel's
+// client CPUs since Alder Lake, which have it but not AVX-512), or lane by lane. All compute the same integer sums
+// and then the same float operations in the same order: their results are bitwise equal (tests/test_engine_vnni.py).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define CODECUE_VNNI 1
 #define CODECUE_AVX2 0
+#define CODECUE_AVX_VNNI 0
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define CODECUE_VNNI 0
 #define CODECUE_AVX2 1
+// CODECUE_EMULATE_AVX_VNNI: the same path through the instruction's AVX-512 (EVEX) form, so that a CPU with
+// AVX-512 VNNI but without AVX-VNNI (this project's Zen 4) can run and test it (engine/vnni.py: EMULATED_MARCHES).
+#if defined(__AVXVNNI__) || (defined(CODECUE_EMULATE_AVX_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define CODECUE_AVX_VNNI 1
+#else
+#define CODECUE_AVX_VNNI 0
+#endif
 #else
 #define CODECUE_VNNI 0
 #define CODECUE_AVX2 0
+#define CODECUE_AVX_VNNI 0
 #endif
 
 namespace {
@@ -72,7 +82,7 @@ struct Acts {
   const int8_t* q;   // [M][K]
   const float* s1;   // [M][K/G]: the group's scale
   const float* s2;   // [M][K/G]: scale * sum of the group's quantized activations
-  const int32_t* sums;  // [M][K/G]: the sum itself, for the AVX2 path's 8-bit weights (taken as q - 128); else null
+  const int32_t* sums;  // [M][K/G]: the sum itself, for the AVX2 path's 8-bit weights (q - 128) without AVX-VNNI
   int64_t K, groups;
 };
 
@@ -158,6 +168,16 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
 
 #endif
 
+#if CODECUE_AVX_VNNI
+inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+#else
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#endif
+}
+#endif
+
 #if CODECUE_AVX2
 // The AVX-512 path's sums with 256-bit registers: each 64-byte chunk of a block is two halves of 8 channels.
 // `vpmaddubsw` (u8 x s8, pairs summed into int16) saturates, so the sums are kept below 2^15: 4-bit weights add up
@@ -174,6 +194,58 @@ inline void group_sums(const Weights& w, const Acts& a, const uint8_t* wp, int64
   const __m256i ones = _mm256_set1_epi16(1);
   const int64_t k0 = g * w.G, k1 = k0 + w.G;
   for (int r = 0; r < N; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+#if CODECUE_AVX_VNNI
+  // `vpdpbusd` adds u8 x s8 products into int32 lanes directly: no 16-bit sums to keep from saturating, no sign
+  // trick. Below 3 rows a second set of sums (the odd steps) keeps enough independent `vpdpbusd` chains in flight.
+  constexpr bool two = N < 3;
+  __m256i odd[two ? N : 1][2];
+  for (int r = 0; r < (two ? N : 0); ++r) odd[r][0] = odd[r][1] = _mm256_setzero_si256();
+  if (BITS == 4) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int64_t k = k0; k < k1; k += 8) {
+      const uint8_t* chunk = wp + (k / 8) * 64;
+      if (first) prefetch(chunk);
+      const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
+      const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32));
+      const __m256i lo0 = _mm256_and_si256(c0, low4), hi0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low4);
+      const __m256i lo1 = _mm256_and_si256(c1, low4), hi1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low4);
+      for (int r = 0; r < N; ++r) {
+        const int8_t* ar = a.q + (r0 + r) * a.K + k;
+        const __m256i b0 = _mm256_set1_epi32(load4(ar)), b1 = _mm256_set1_epi32(load4(ar + 4));
+        __m256i (&high)[2] = two ? odd[r] : acc[r];
+        acc[r][0] = dpbusd(acc[r][0], lo0, b0);
+        acc[r][1] = dpbusd(acc[r][1], lo1, b0);
+        high[0] = dpbusd(high[0], hi0, b1);
+        high[1] = dpbusd(high[1], hi1, b1);
+      }
+    }
+  } else {
+    for (int64_t k = k0; k < k1; k += 8) {
+      const uint8_t* chunk = wp + (k / 4) * 64;
+      if (first) {
+        prefetch(chunk);
+        prefetch(chunk + 64);
+      }
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32));
+      const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 64));
+      const __m256i w3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 96));
+      for (int r = 0; r < N; ++r) {
+        const int8_t* ar = a.q + (r0 + r) * a.K + k;
+        const __m256i b0 = _mm256_set1_epi32(load4(ar)), b1 = _mm256_set1_epi32(load4(ar + 4));
+        __m256i (&high)[2] = two ? odd[r] : acc[r];
+        acc[r][0] = dpbusd(acc[r][0], w0, b0);
+        acc[r][1] = dpbusd(acc[r][1], w1, b0);
+        high[0] = dpbusd(high[0], w2, b1);
+        high[1] = dpbusd(high[1], w3, b1);
+      }
+    }
+  }
+  for (int r = 0; r < (two ? N : 0); ++r) {
+    acc[r][0] = _mm256_add_epi32(acc[r][0], odd[r][0]);
+    acc[r][1] = _mm256_add_epi32(acc[r][1], odd[r][1]);
+  }
+#else
   if (BITS == 4) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int64_t k = k0; k < k1; k += 32) {
@@ -221,6 +293,7 @@ inline void group_sums(const Weights& w, const Acts& a, const uint8_t* wp, int64
       acc[r][1] = _mm256_add_epi32(acc[r][1], back);
     }
   }
+#endif
 }
 
 template <int N, int BITS>
@@ -364,8 +437,10 @@ void quantize_row_simd(const float* x, int64_t K, int64_t G, int8_t* q, float* s
 
 }  // namespace
 
-// The vector path this build runs ("avx512-vnni", "avx2"; "none": lane by lane only).
-std::string simd() { return CODECUE_VNNI ? "avx512-vnni" : CODECUE_AVX2 ? "avx2" : "none"; }
+// The vector path this build runs ("avx512-vnni", "avx-vnni", "avx2"; "none": lane by lane only).
+std::string simd() {
+  return CODECUE_VNNI ? "avx512-vnni" : CODECUE_AVX_VNNI ? "avx-vnni" : CODECUE_AVX2 ? "avx2" : "none";
+}
 
 // x: [M, K] (any float dtype); returns [M, N] float32.
 torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, torch::Tensor m, int64_t N,
@@ -381,7 +456,7 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   auto q = torch::empty({M, K}, torch::kInt8);
   auto s1 = torch::empty({M, groups}, torch::kFloat32);
   auto s2 = torch::empty({M, groups}, torch::kFloat32);
-  const bool with_sums = CODECUE_AVX2 && bits == 8;  // only the AVX2 path's 8-bit layers read them
+  const bool with_sums = CODECUE_AVX2 && !CODECUE_AVX_VNNI && bits == 8;  // only the AVX2 path's 8-bit layers read them
   auto sums = torch::empty({with_sums ? M : 0, groups}, torch::kInt32);
   int32_t* sums_p = with_sums ? sums.data_ptr<int32_t>() : nullptr;
   const bool vector = use_simd && (CODECUE_VNNI || CODECUE_AVX2);
