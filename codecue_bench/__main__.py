@@ -7,6 +7,7 @@
     codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
     codecue-bench layout FILE ...                # how often typing makes the prompt start over, per budget
     codecue-bench gpu --out DIR [--tiny]         # GPU per-pass costs and latency with random weights
+    codecue-bench bound [--prompts FILE]         # the fastest any drafting policy could be here (a clairvoyant plan)
 
 llama.cpp is built by scripts/build-llama-cpp.sh into $CODECUE_HOME/llama.cpp/build (never in CI).
 """
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("layout", help="prompts started over while typing, per budget (codecue_bench.layout_bench)",
                    add_help=False)
     sub.add_parser("gpu", help="GPU pass costs and latency with random weights (codecue_bench.gpu)", add_help=False)
+    sub.add_parser("bound", help="the fastest any drafting policy could be here (codecue_bench.bound_bench)",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
 
     from engine.models import ModelsError
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "layout":
             from .layout_bench import main as layout_main
             return layout_main(rest)
+        if args.command == "bound":
+            from .bound_bench import main as bound_main
+            return bound_main(rest)
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.command == "passes":

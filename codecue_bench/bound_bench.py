@@ -1,0 +1,238 @@
+"""`codecue-bench bound`: how fast speculation could be, at best, on these prompts with these drafters on this machine.
+
+Target alone writes each prompt's completion (greedy; a single line stops at its end). The draft model then reads
+prompt and completion in one pass: while its drafts are right, what it would draft is what it predicts from the true
+text, so that one pass says how far a draft started at any position would be accepted. The prompt lookup proposes
+from every position as the engine's LookupDrafter does (latest match of the last 2-4 tokens). With this machine's
+pass costs timed in the same run, the fastest plan that knows every outcome in advance (a dynamic programme over
+positions: each pass plain, a lookup draft cut anywhere, or K tokens of the draft model) is a bound no policy
+choosing among these two drafters at these costs can beat. Not modelled: the workspace index's lookups, and the
+draft model's lookup extension and step guesses, which make some of its tokens cheaper than a step; the bound with
+the draft model's step at half its cost covers them and more. Next to the bound: the best fixed plans, and the bound
+where verify rows cost nothing (as on a bandwidth-bound GPU): which cost would have to fall for a target to come
+within reach.
+
+    codecue-bench bound [--pair default] [--prompts FILE] [--max-new-tokens 64] [--limit N] [--rounds 2]
+                        [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.drafters import latest_match
+from engine.pass_costs import interpolate
+
+MAX_K = 8
+DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "docs" / "bench-prompts.jsonl"
+
+
+@dataclass
+class Trace:
+    """One completion as the drafters would have met it, position by position."""
+    kind: str
+    tokens: int  # the completion's length
+    model_right: list[int]  # from each position: how many draft model tokens in a row would be accepted (<= MAX_K)
+    lookup: list[tuple[int, int]]  # from each position: (tokens the lookup offers, how many would be accepted)
+
+
+@dataclass
+class Costs:
+    verify_ms: dict[int, float]  # the target's pass by width (1 = plain decoding)
+    draft_ms: float  # the draft model's one-token step
+
+    def verify(self, width: int) -> float:
+        return interpolate(self.verify_ms, width)
+
+
+def runs_of_right(right: list[bool], cap: int = MAX_K) -> list[int]:
+    """For each position, how many of the flags from there on are True in a row (at most cap)."""
+    out, run = [0] * len(right), 0
+    for i in range(len(right) - 1, -1, -1):
+        run = run + 1 if right[i] else 0
+        out[i] = min(run, cap)
+    return out
+
+
+def lookup_outcomes(prompt: list[int], completion: list[int], cap: int = MAX_K) -> list[tuple[int, int]]:
+    """For each position of the completion: (tokens the prompt lookup offers there, how many are right)."""
+    text = np.asarray(prompt + completion, dtype=np.int64)
+    out = []
+    for i in range(len(completion)):
+        here = len(prompt) + i
+        match = latest_match(text[:here], 4, 2)
+        if match is None:
+            out.append((0, 0))
+            continue
+        start, n = match
+        offered = text[start + n:min(start + n + cap, here)]  # continuations end where the known text does
+        truth = text[here:here + len(offered)]
+        wrong = np.flatnonzero(offered[:len(truth)] != truth)
+        out.append((len(offered), int(wrong[0]) if len(wrong) else len(truth)))
+    return out
+
+
+def pass_options(trace: Trace, i: int, costs: Costs, max_k: int = MAX_K):
+    """(ms, tokens gained) of every pass that could start at position i."""
+    yield costs.verify(1), 1
+    offered, right = trace.lookup[i]
+    for cut in range(1, offered + 1):
+        yield costs.verify(cut + 1), min(right, cut) + 1
+    for k in range(1, max_k + 1):
+        yield k * costs.draft_ms + costs.verify(k + 1), min(trace.model_right[i], k) + 1
+
+
+def fastest_ms(trace: Trace, costs: Costs, max_k: int = MAX_K) -> float:
+    """The clairvoyant plan's milliseconds for the whole completion."""
+    n = trace.tokens
+    best = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        best[i] = min(ms + best[min(n, i + gained)] for ms, gained in pass_options(trace, i, costs, max_k))
+    return best[0]
+
+
+def fixed_plan_ms(trace: Trace, costs: Costs, k: int, lookup_first: bool) -> float:
+    """A plan that does the same everywhere: the draft model's K tokens each pass (K = 0: target alone); with
+    lookup_first, the lookup's whole offer wherever it has one."""
+    i, ms = 0, 0.0
+    while i < trace.tokens:
+        offered, right = trace.lookup[i]
+        if lookup_first and offered:
+            ms, i = ms + costs.verify(offered + 1), i + right + 1
+        elif k:
+            ms, i = ms + k * costs.draft_ms + costs.verify(k + 1), i + min(trace.model_right[i], k) + 1
+        else:
+            ms, i = ms + costs.verify(1), i + 1
+    return ms
+
+
+def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | int]]:
+    """Per prompt kind (and "all"): each plan's speed over target alone."""
+    what_ifs = {"bound": costs, "bound, draft step x0.5": Costs(costs.verify_ms, costs.draft_ms / 2),
+                "bound, verify rows free": Costs({1: costs.verify(1), 2: costs.verify(1)}, costs.draft_ms)}
+    table: dict[str, dict[str, float | int]] = {}
+    for kind in sorted({t.kind for t in traces}) + ["all"]:
+        chosen = [t for t in traces if kind in ("all", t.kind)]
+        alone = sum(fixed_plan_ms(t, costs, 0, False) for t in chosen)
+        row = {}
+        by_k = {k: alone / sum(fixed_plan_ms(t, costs, k, False) for t in chosen) for k in range(1, MAX_K + 1)}
+        best_k = max(by_k, key=by_k.get)
+        row["draft model, its best fixed K"] = by_k[best_k]
+        row["  (that K)"] = best_k
+        row["lookup wherever it offers, else target"] = alone / sum(fixed_plan_ms(t, costs, 0, True) for t in chosen)
+        row["lookup, else the draft model at that K"] = alone / sum(fixed_plan_ms(t, costs, best_k, True)
+                                                                    for t in chosen)
+        for name, what_if in what_ifs.items():
+            row[name] = sum(fixed_plan_ms(t, what_if, 0, False) for t in chosen) / sum(
+                fastest_ms(t, what_if) for t in chosen)
+        table[kind] = row
+    return table
+
+
+def record(engine, prompts: list[dict], max_new_tokens: int) -> list[Trace]:
+    """Target alone's completion of each prompt (single lines stopped at their end), and what each drafter would have
+    done at every position."""
+    import torch
+
+    from engine.types import CompletionRequest
+
+    from .side_by_side import first_line_done
+
+    draft = engine.pair.draft
+    traces = []
+    for prompt in prompts:
+        ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
+        stop = first_line_done if prompt.get("kind") == "line" else None  # as the server asks for a single line
+        completion = engine.complete(CompletionRequest(ids, max_new_tokens, drafter="none", stop=stop)).token_ids
+        with torch.inference_mode():  # the head over the completion's rows only: all 150k logits per row add up
+            hidden = draft.model(input_ids=torch.tensor([ids + completion])).last_hidden_state[0]
+            predicted = draft.lm_head(hidden[len(ids) - 1:len(ids) + len(completion) - 1]).argmax(-1).tolist()
+        right = [p == t for p, t in zip(predicted, completion)]
+        traces.append(Trace(prompt.get("kind", "all"), len(completion), runs_of_right(right),
+                            lookup_outcomes(ids, completion)))
+    return traces
+
+
+def measured_costs(pair, engine, rounds: int = 3) -> Costs:
+    """Each pass's best time over a few rounds of all of them: on a noisy machine one slow second would otherwise
+    price one width alone (a one-token pass timed at 36 ms next to a 9-token one at 59 made drafting look cheap)."""
+    from engine import torch_thread
+
+    from .__main__ import CONTEXT_TEXT
+    from .engine_bench import pass_costs
+    ids = engine.encode(CONTEXT_TEXT * 400)[:512]  # passes after 512 tokens of context, as a hole's are
+    widths = (1, 2, 4, MAX_K + 1)
+    best = {name: float("inf") for name in [f"target_{n}" for n in widths] + ["draft_1"]}
+    for _ in range(rounds):
+        timed = torch_thread.run(pass_costs, pair, ids, MAX_K, 2, False)
+        best = {name: min(ms, timed[name]) for name, ms in best.items()}
+    return Costs({n: best[f"target_{n}"] for n in widths}, best["draft_1"])
+
+
+def measured_auto(engine, prompts: list[dict], max_new_tokens: int, rounds: int = 2) -> dict[str, float]:
+    """The engine's default (auto) over target alone, timed per prompt kind as `codecue-bench engine --warm` times
+    them (each prompt made ready untimed first; single lines stopped at their end), the two modes alternating."""
+    from .engine_bench import request_kind, run_own_mode
+    from .side_by_side import first_line_done
+
+    seconds: dict[tuple[str, str], float] = {}
+    for n, prompt in enumerate(prompts * rounds):
+        ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
+        kind = prompt.get("kind", "all")
+        stop = first_line_done if kind == "line" else None
+        written = {}
+        first_target = (n + n // len(prompts)) % 2 == 0  # each prompt's order reversed in the next round
+        for mode in (("target", "auto") if first_target else ("auto", "target")):
+            run = run_own_mode(engine, mode, ids, max_new_tokens, MAX_K, warm=True, kind=request_kind(kind), stop=stop)
+            written[mode] = run.tokens
+            for key in ((kind, mode), ("all", mode)):
+                seconds[key] = seconds.get(key, 0.0) + run.seconds
+        if written["auto"] != written["target"]:
+            raise AssertionError(f"{prompt.get('name', n)}: auto wrote other tokens than target alone")
+    return {kind: seconds[kind, "target"] / seconds[kind, "auto"] for kind, mode in seconds if mode == "auto"}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="codecue-bench bound", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", default="default")
+    parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="JSON lines {name, kind, prefix, suffix}")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of auto and target alone timed side by side")
+    parser.add_argument("--json", help="write the table and the costs here")
+    args = parser.parse_args(argv)
+
+    from engine.engine import Engine
+    from engine.models import load_pair
+
+    pair = load_pair(args.pair, device="cpu", dtype=None, with_draft=True)
+    if pair.draft is None or not hasattr(pair.draft, "model"):
+        raise SystemExit("codecue-bench bound: needs the pair's draft model as a torch model")
+    engine = Engine(pair)
+    prompts = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
+    prompts = prompts[:args.limit] if args.limit else prompts
+    costs = measured_costs(pair, engine)
+    table = speedups(record(engine, prompts, args.max_new_tokens), costs)
+    for kind, ratio in measured_auto(engine, prompts, args.max_new_tokens, args.rounds).items():
+        table[kind]["auto (the default), measured"] = ratio
+    print(f"pass costs, ms: target {', '.join(f'{w}: {ms:.1f}' for w, ms in costs.verify_ms.items())}; "
+          f"draft model step {costs.draft_ms:.1f}")
+    print_table(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"verify_ms": costs.verify_ms, "draft_ms": costs.draft_ms,
+                                               "speedups": table}, indent=2))
+    return 0
+
+
+def print_table(table: dict[str, dict[str, float | int]]) -> None:
+    names = list(next(iter(table.values())))
+    width = max(len(name) for name in names)
+    print("x target alone".ljust(width) + "".join(kind.rjust(12) for kind in table))
+    for name in names:
+        print(name.ljust(width) + "".join(f"{table[kind][name]:12.3f}" if isinstance(table[kind][name], float)
+                                          else f"{table[kind][name]:12d}" for kind in table))

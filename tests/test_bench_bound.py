@@ -1,0 +1,110 @@
+"""`codecue-bench bound`: the clairvoyant plan over the drafters' outcomes, the fixed plans beside it, and the
+recording of those outcomes on a tiny pair."""
+import random
+
+import pytest
+
+from codecue_bench.bound_bench import (Costs, Trace, fastest_ms, fixed_plan_ms, lookup_outcomes, measured_auto,
+                                       record, runs_of_right, speedups)
+from engine_helpers import reference_greedy, tiny_engine
+
+FLAT = Costs({1: 10.0, 2: 10.0}, 0.0)  # verify rows free, drafting free: only target passes count
+STEEP = Costs({1: 10.0, 9: 50.0}, 4.0)  # each verify row 5 ms, a draft step 4 ms
+
+RUNS = [
+    ([], 8, []),
+    ([True, True, False, True], 8, [2, 1, 0, 1]),
+    ([True] * 5, 3, [3, 3, 3, 2, 1]),
+    ([False, False], 8, [0, 0]),
+]
+
+
+@pytest.mark.parametrize("right, cap, expected", RUNS)
+def test_runs_of_right_count_accepted_tokens_from_each_position(right, cap, expected):
+    assert runs_of_right(right, cap) == expected
+
+
+def test_lookup_outcomes_offer_what_followed_the_latest_match():
+    prompt = [50, 10, 11, 12, 13, 14, 60, 10, 11]
+    completion = [12, 13, 99, 70]
+    outcomes = lookup_outcomes(prompt, completion, cap=8)
+    # At 0 the text ends "10 11": it followed at 1-2 with 12 13 14 60 10 11 (up to where the text ends); 2 right.
+    assert outcomes[0] == (6, 2)
+    # At 2 the text ends "10 11 12 13": the earlier match continues 14 60 ... and the completion has 99: none right.
+    assert outcomes[2][0] > 0 and outcomes[2][1] == 0
+    # At 3 the text ends "13 99", which never appeared: nothing offered.
+    assert outcomes[3] == (0, 0)
+
+
+def trace(model_right, lookup=None, kind="block"):
+    return Trace(kind, len(model_right), model_right, lookup or [(0, 0)] * len(model_right))
+
+
+# (case, trace, costs, the clairvoyant plan's ms)
+BOUND_CASES = [
+    ("nothing drafts right: target alone", trace([0] * 6), STEEP, 60.0),
+    ("the draft model always right, free: 9 tokens a pass", trace(runs_of_right([True] * 18)), FLAT, 20.0),
+    ("the draft model right, priced: K = 8 twice", trace(runs_of_right([True] * 18)), STEEP, 2 * (8 * 4.0 + 50.0)),
+    ("a lookup right for 5 tokens, then nothing", trace([0] * 8, [(5, 5)] + [(0, 0)] * 7), STEEP,
+     (10.0 + 5 * 5.0) + 2 * 10.0),
+    ("a lookup offering 8, right for 2: cut at 2", trace([0] * 3, [(8, 2), (0, 0), (0, 0)]), STEEP, 20.0),
+]
+
+
+@pytest.mark.parametrize("case", BOUND_CASES, ids=[c[0] for c in BOUND_CASES])
+def test_the_clairvoyant_plan_finds_the_fastest_passes(case):
+    _, the_trace, costs, expected = case
+    assert fastest_ms(the_trace, costs) == pytest.approx(expected)
+
+
+def test_no_fixed_plan_beats_the_bound():
+    rng = random.Random(5)
+    for _ in range(30):
+        n = rng.randrange(1, 40)
+        right = runs_of_right([rng.random() < 0.8 for _ in range(n)])
+        lookups = [(o, rng.randrange(0, o + 1)) if (o := rng.choice([0, 0, 2, 5, 8])) else (0, 0) for _ in range(n)]
+        the_trace = trace(right, lookups)
+        bound = fastest_ms(the_trace, STEEP)
+        for k in range(0, 9):
+            for lookup_first in (False, True):
+                assert bound <= fixed_plan_ms(the_trace, STEEP, k, lookup_first) + 1e-9
+        assert bound <= fixed_plan_ms(the_trace, STEEP, 0, False)  # never slower than target alone
+
+
+def test_speedups_per_kind_and_the_what_ifs():
+    traces = [trace(runs_of_right([True] * 18), kind="block"), trace([0] * 6, kind="line")]
+    table = speedups(traces, STEEP)
+    assert set(table) == {"block", "line", "all"}
+    assert table["line"]["bound"] == pytest.approx(1.0)  # nothing to gain: the bound is target alone
+    assert table["block"]["draft model, its best fixed K"] == pytest.approx(180.0 / 164.0)
+    assert table["block"]["  (that K)"] == 8
+    # Halving the draft step or freeing the verify rows can only raise the bound.
+    for kind in table:
+        assert table[kind]["bound, draft step x0.5"] >= table[kind]["bound"] - 1e-9
+        assert table[kind]["bound, verify rows free"] >= table[kind]["bound"] - 1e-9
+        assert table[kind]["bound"] >= table[kind]["lookup, else the draft model at that K"] - 1e-9
+
+
+@pytest.mark.parametrize("draft", ["same", "random"])
+def test_record_takes_target_alones_completion_and_the_draft_models_outcomes(draft):
+    engine = tiny_engine(draft)
+    prompts = [{"kind": "block", "prefix": "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "suffix": "\n"},
+               {"kind": "line", "prefix": "x = 1\ny = ", "suffix": "\nprint(x)\n"}]
+    traces = record(engine, prompts, 12)
+    assert [t.kind for t in traces] == ["block", "line"]
+    ids = engine.encode_fim(prompts[0]["prefix"], prompts[0]["suffix"])
+    assert traces[0].tokens == len(reference_greedy(engine.pair.target, ids, 12))
+    for t in traces:
+        assert len(t.model_right) == len(t.lookup) == t.tokens
+    if draft == "same":  # the target drafting for itself is always right
+        assert all(r == min(8, traces[0].tokens - i) for i, r in enumerate(traces[0].model_right))
+    else:
+        assert min(traces[0].model_right) == 0
+
+
+def test_measured_auto_times_both_modes_per_kind_and_checks_they_agree():
+    engine = tiny_engine("same")
+    prompts = [{"name": "a", "kind": "block", "prefix": "def add(a, b):\n", "suffix": "\n"},
+               {"name": "b", "kind": "line", "prefix": "x = 1\ny = ", "suffix": "\n"}]
+    ratios = measured_auto(engine, prompts, 10)
+    assert set(ratios) == {"block", "line", "all"} and all(r > 0 for r in ratios.values())
