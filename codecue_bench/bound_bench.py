@@ -22,9 +22,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from engine.drafters import latest_match
+from engine.drafters import LookupDrafter
+from engine.kvcache import common_prefix_length
 from engine.pass_costs import interpolate
 
 MAX_K = 8
@@ -59,20 +58,12 @@ def runs_of_right(right: list[bool], cap: int = MAX_K) -> list[int]:
 
 
 def lookup_outcomes(prompt: list[int], completion: list[int], cap: int = MAX_K) -> list[tuple[int, int]]:
-    """For each position of the completion: (tokens the prompt lookup offers there, how many are right)."""
-    text = np.asarray(prompt + completion, dtype=np.int64)
-    out = []
+    """For each position of the completion: (tokens the engine's prompt lookup offers there, how many are right)."""
+    lookup, text, out = LookupDrafter(), prompt + completion, []
     for i in range(len(completion)):
         here = len(prompt) + i
-        match = latest_match(text[:here], 4, 2)
-        if match is None:
-            out.append((0, 0))
-            continue
-        start, n = match
-        offered = text[start + n:min(start + n + cap, here)]  # continuations end where the known text does
-        truth = text[here:here + len(offered)]
-        wrong = np.flatnonzero(offered[:len(truth)] != truth)
-        out.append((len(offered), int(wrong[0]) if len(wrong) else len(truth)))
+        offered = lookup.propose(text[:here], cap, lambda: False).tokens
+        out.append((len(offered), common_prefix_length(offered, text[here:])))
     return out
 
 
@@ -112,6 +103,7 @@ def fixed_plan_ms(trace: Trace, costs: Costs, k: int, lookup_first: bool) -> flo
 
 def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | int]]:
     """Per prompt kind (and "all"): each plan's speed over target alone."""
+    # Target alone's passes cost the same in every what-if: only the draft step or the verify rows change.
     what_ifs = {"bound": costs, "bound, draft step x0.5": Costs(costs.verify_ms, costs.draft_ms / 2),
                 "bound, verify rows free": Costs({1: costs.verify(1), 2: costs.verify(1)}, costs.draft_ms)}
     table: dict[str, dict[str, float | int]] = {}
@@ -127,8 +119,7 @@ def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | i
         row["lookup, else the draft model at that K"] = alone / sum(fixed_plan_ms(t, costs, best_k, True)
                                                                     for t in chosen)
         for name, what_if in what_ifs.items():
-            row[name] = sum(fixed_plan_ms(t, what_if, 0, False) for t in chosen) / sum(
-                fastest_ms(t, what_if) for t in chosen)
+            row[name] = alone / sum(fastest_ms(t, what_if) for t in chosen)
         table[kind] = row
     return table
 
@@ -146,13 +137,13 @@ def record(engine, prompts: list[dict], max_new_tokens: int) -> list[Trace]:
     traces = []
     for prompt in prompts:
         ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
-        stop = first_line_done if prompt.get("kind") == "line" else None  # as the server asks for a single line
+        stop = first_line_done if prompt["kind"] == "line" else None  # as the server asks for a single line
         completion = engine.complete(CompletionRequest(ids, max_new_tokens, drafter="none", stop=stop)).token_ids
         with torch.inference_mode():  # the head over the completion's rows only: all 150k logits per row add up
             hidden = draft.model(input_ids=torch.tensor([ids + completion])).last_hidden_state[0]
             predicted = draft.lm_head(hidden[len(ids) - 1:len(ids) + len(completion) - 1]).argmax(-1).tolist()
         right = [p == t for p, t in zip(predicted, completion)]
-        traces.append(Trace(prompt.get("kind", "all"), len(completion), runs_of_right(right),
+        traces.append(Trace(prompt["kind"], len(completion), runs_of_right(right),
                             lookup_outcomes(ids, completion)))
     return traces
 
@@ -174,26 +165,18 @@ def measured_costs(pair, engine, rounds: int = 3) -> Costs:
 
 
 def measured_auto(engine, prompts: list[dict], max_new_tokens: int, rounds: int = 2) -> dict[str, float]:
-    """The engine's default (auto) over target alone, timed per prompt kind as `codecue-bench engine --warm` times
-    them (each prompt made ready untimed first; single lines stopped at their end), the two modes alternating."""
-    from .engine_bench import request_kind, run_own_mode
-    from .side_by_side import first_line_done
+    """The engine's default (auto) over target alone per prompt kind, timed as the side-by-side benches time them
+    (each prompt made ready untimed first, single lines stopped at their end, the order reversed every other round;
+    auto's output must equal target alone's)."""
+    from .side_by_side import time_side_by_side
 
-    seconds: dict[tuple[str, str], float] = {}
-    for n, prompt in enumerate(prompts * rounds):
-        ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
-        kind = prompt.get("kind", "all")
-        stop = first_line_done if kind == "line" else None
-        written = {}
-        first_target = (n + n // len(prompts)) % 2 == 0  # each prompt's order reversed in the next round
-        for mode in (("target", "auto") if first_target else ("auto", "target")):
-            run = run_own_mode(engine, mode, ids, max_new_tokens, MAX_K, warm=True, kind=request_kind(kind), stop=stop)
-            written[mode] = run.tokens
-            for key in ((kind, mode), ("all", mode)):
-                seconds[key] = seconds.get(key, 0.0) + run.seconds
-        if written["auto"] != written["target"]:
-            raise AssertionError(f"{prompt.get('name', n)}: auto wrote other tokens than target alone")
-    return {kind: seconds[kind, "target"] / seconds[kind, "auto"] for kind, mode in seconds if mode == "auto"}
+    modes = (("target", "target", "engine", True), ("auto", "auto", "engine", True))
+    seconds = time_side_by_side({"engine": engine}, modes, rounds, lines_end=True, prompts=prompts,
+                                max_new_tokens=max_new_tokens)
+    kinds = {kind for kind, _ in seconds}
+    ratios = {kind: seconds[kind, "target"] / seconds[kind, "auto"] for kind in kinds}
+    ratios["all"] = (sum(seconds[kind, "target"] for kind in kinds) / sum(seconds[kind, "auto"] for kind in kinds))
+    return ratios
 
 
 def main(argv: list[str]) -> int:

@@ -19,14 +19,16 @@ def first_line_done(text: str) -> bool:
     return "\n" in text.lstrip("\n")
 
 
-def time_side_by_side(engines: dict, modes: tuple, rounds: int,
-                      lines_end: bool = False) -> dict[tuple[str, str], float]:
+def time_side_by_side(engines: dict, modes: tuple, rounds: int, lines_end: bool = False,
+                      prompts: list[dict] | None = None, max_new_tokens: int = 64) -> dict[tuple[str, str], float]:
     """Seconds per (prompt kind, mode name), summed over the rounds. modes: (name, the engine bench's mode, key of
     its engine in `engines`, whether the request carries the kind the server would send). lines_end: single-line
-    prompts stop at the end of their line, as the server asks (else every prompt runs to 64 tokens)."""
+    prompts stop at the end of their line, as the server asks (else every prompt runs to max_new_tokens). prompts:
+    {name, kind, prefix, suffix} (default: those of PROMPTS)."""
     from engine.types import CompletionRequest
 
-    prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
+    if prompts is None:
+        prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
     encoder = next(iter(engines.values()))
     warm_up = encoder.encode_fim("def add(a, b):\n", "\n")
     for engine in engines.values():  # first calls pay one-time costs
@@ -37,7 +39,7 @@ def time_side_by_side(engines: dict, modes: tuple, rounds: int,
             ids = encoder.encode_fim(prompt["prefix"], prompt["suffix"])
             reference = None
             for name, mode, engine, with_kind in (modes if turn % 2 == 0 else modes[::-1]):
-                run = run_own_mode(engines[engine], mode, ids, 64, K, warm=True,
+                run = run_own_mode(engines[engine], mode, ids, max_new_tokens, K, warm=True,
                                    kind=request_kind(prompt["kind"]) if with_kind else "",
                                    stop=first_line_done if lines_end and prompt["kind"] == "line" else None)
                 reference = run.tokens if reference is None else reference
