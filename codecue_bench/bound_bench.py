@@ -190,10 +190,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", help="write the table and the costs here")
     args = parser.parse_args(argv)
 
+    from engine.calibrate import describe_machine, machine_here
     from engine.engine import Engine
     from engine.models import load_pair
 
     pair = load_pair(args.pair, device="cpu", dtype=None, with_draft=True)
+    machine = machine_here("cpu")
+    print(f"machine: {describe_machine(machine)}", flush=True)
     if pair.draft is None or not hasattr(pair.draft, "model"):
         raise SystemExit("codecue-bench bound: needs the pair's draft model as a torch model")
     engine = Engine(pair)
@@ -207,8 +210,8 @@ def main(argv: list[str]) -> int:
           f"draft model step {costs.draft_ms:.1f}")
     print_table(table)
     if args.json:
-        Path(args.json).write_text(json.dumps({"verify_ms": costs.verify_ms, "draft_ms": costs.draft_ms,
-                                               "speedups": table}, indent=2))
+        Path(args.json).write_text(json.dumps({"machine": machine, "verify_ms": costs.verify_ms,
+                                               "draft_ms": costs.draft_ms, "speedups": table}, indent=2))
     return 0
 
 

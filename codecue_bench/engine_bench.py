@@ -338,7 +338,10 @@ def bench_engine(args) -> dict:
 
     import torch
 
-    report = {"device": str(pair.device), "dtype": pair.activations, "target_weights": pair.target_weights,
+    from engine.calibrate import machine_here
+
+    report = {"device": str(pair.device), "machine": machine_here(str(pair.device)),
+              "dtype": pair.activations, "target_weights": pair.target_weights,
               "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
               "pair": args.pair, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "warm": warm,
@@ -444,6 +447,10 @@ def not_compared_or(identical: bool | None) -> str:
 def print_table(report: dict) -> None:
     print(f"\n{report['prompts']} prompts, {report['device']} {report['dtype']}, max {report['max_new_tokens']} "
           f"new tokens, K<={report['k']}")
+    if report.get("machine"):
+        from engine.calibrate import describe_machine
+
+        print(f"machine: {describe_machine(report['machine'])}")
     nan = float("nan")
     print(f"{'mode':16s} {'tok/s':>7s} {'ms/compl':>9s} {'decode tok/s':>13s} {'x target':>9s} "
           f"{'x hf_assist':>12s} {'x llama.cpp':>12s} {'mean acc':>9s} {'identical':>10s}")

@@ -229,6 +229,22 @@ def machine_key(device: str, target_config, draft_config) -> dict:
             "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
 
 
+def machine_here(device: str = "cpu") -> dict:
+    """The parts of machine_key that say which machine a figure came from (benchmarks record them beside their
+    numbers: machines of one kind differ, an AVX2-only Zen 3 from an AVX-512 Zen 4)."""
+    return {"processor": processor_name(device), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "vnni_kernel": vnni_path(formats_here(device)), "threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+
+
+def describe_machine(key: dict, note: str = "") -> str:
+    """'AMD EPYC (family 25 model 1) (AVX2, vnni kernel avx2, 2 threads, torch 2.13.0+cpu)' from machine_key's or
+    machine_here's fields; note goes inside the brackets, last."""
+    kernel = f", vnni kernel {key['vnni_kernel']}" if key.get("vnni_kernel") else ""
+    return (f"{key['processor']} ({key['cpu_capability']}{kernel}, {key['threads']} threads, "
+            f"torch {key['torch']}{note})")
+
+
 def key_string(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -1,7 +1,7 @@
 """The calibration table as `codecue-models list/calibrate` and `codecue-lsp --check` print it (engine/calibrate.py)."""
 from __future__ import annotations
 
-from .calibrate import DRAFT_ALPHA, WIDTHS, Calibration, Choice
+from .calibrate import DRAFT_ALPHA, WIDTHS, Calibration, Choice, describe_machine
 from .step_guesses import PRIOR_ALPHA, first_count
 
 
@@ -13,10 +13,7 @@ def copy_kind(weights: str) -> str:
 
 
 def format_table(cal: Calibration, choice: Choice | None = None) -> str:
-    key = cal.key
-    kernel = f", vnni kernel {key['vnni_kernel']}" if key.get("vnni_kernel") else ""
-    lines = [f"calibration on {key['processor']} ({key['cpu_capability']}{kernel}, {key['threads']} threads, "
-             f"torch {key['torch']}; measured in {cal.seconds:.0f} s)",
+    lines = [f"calibration on {describe_machine(cal.key, f'; measured in {cal.seconds:.0f} s')}",
              f"{'model':7s} {'weights':8s} {'act':9s} " + " ".join(f"{f'{w} tok':>9s}" for w in WIDTHS)
              + f" {'prefill':>11s} {'1-line':>8s}"]
     for m in cal.measurements:

@@ -37,6 +37,11 @@ def test_bench_engine_report_on_the_tiny_pair(tmp_path, monkeypatch, tiny_pair_e
                  "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["prompts"] == 2 and report["dtype"] == "float32"
+    # Which machine the figures came from: its processor as the calibration keys it, its torch and threads.
+    from engine.calibrate import processor_name
+
+    assert report["machine"]["processor"] == processor_name("cpu")
+    assert report["machine"]["threads"] >= 1 and report["machine"]["torch"]
     # No llama.cpp is built in the tiny pair's home, and the tiny pair has no GGUF: no llama_cpp mode.
     assert set(report["modes"]) == MODES
     rows = report["per_prompt"]

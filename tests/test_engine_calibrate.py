@@ -308,6 +308,23 @@ def test_the_kernels_vector_path_keys_the_table_and_is_printed(monkeypatch, marc
     assert f"vnni kernel {key['vnni_kernel']}" in format_table(cal).splitlines()[0]
 
 
+@pytest.mark.parametrize("kernel, text", [
+    ("avx2", "AMD EPYC (family 25 model 1) (AVX2, vnni kernel avx2, 2 threads, torch 2.13.0+cpu)"),
+    (None, "AMD EPYC (family 25 model 1) (AVX2, 2 threads, torch 2.13.0+cpu)"),
+])
+def test_a_machine_is_described_by_processor_vector_path_threads_and_torch(kernel, text):
+    key = {"processor": "AMD EPYC (family 25 model 1)", "cpu_capability": "AVX2", "vnni_kernel": kernel,
+           "threads": 2, "torch": "2.13.0+cpu"}
+    assert cal_mod.describe_machine(key) == text
+    assert cal_mod.describe_machine(key, "; measured in 9 s").endswith("torch 2.13.0+cpu; measured in 9 s)")
+
+
+def test_machine_here_holds_what_the_calibration_keys_the_machine_by():
+    target = tiny_config(384, 1, hidden=64)
+    here, key = cal_mod.machine_here("cpu"), machine_key("cpu", target, None)
+    assert here == {name: key[name] for name in here}
+
+
 def test_expected_speedup_formula():
     flat = passes(100.0)
     # Free drafts and flat verification: E[tokens per pass] = (1 - a^(K+1)) / (1 - a) at the best K (8).
