@@ -336,15 +336,12 @@ def bench_engine(args) -> dict:
             if n == 0:
                 print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
 
-    import torch
-
     from engine.calibrate import machine_here
 
     report = {"device": str(pair.device), "machine": machine_here(str(pair.device)),
               "dtype": pair.activations, "target_weights": pair.target_weights,
               "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
-              "pair": args.pair, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "warm": warm,
+              "pair": args.pair, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "warm": warm,
               "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
     if V1_MODE in modes:
         report["v1_dtype"] = str(v1_engine(args).pair.activations)

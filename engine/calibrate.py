@@ -221,19 +221,18 @@ def config_digest(config) -> str:
 
 def machine_key(device: str, target_config, draft_config) -> dict:
     formats = formats_here(device)
-    return {"version": VERSION, "device": device, "processor": processor_name(device),
-            "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"version": VERSION, "device": device, **machine_here(device, formats),
             "formats": formats,  # a compiler installed later (vnni) is a new table, not a gap in one
-            "vnni_kernel": vnni_path(formats),  # its AVX-512 or AVX2 build ($CODECUE_KERNEL_MARCH) times differently
             "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
 
 
-def machine_here(device: str = "cpu") -> dict:
+def machine_here(device: str = "cpu", formats: dict[str, tuple[str, ...]] | None = None) -> dict:
     """The parts of machine_key that say which machine a figure came from (benchmarks record them beside their
-    numbers: machines of one kind differ, an AVX2-only Zen 3 from an AVX-512 Zen 4)."""
+    numbers: machines of one kind differ, an AVX2-only Zen 3 from an AVX-512 Zen 4). formats: formats_here's, where
+    the caller has them."""
     return {"processor": processor_name(device), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "vnni_kernel": vnni_path(formats_here(device)), "threads": torch.get_num_threads(),
+            # the vnni kernel's AVX-512 or AVX2 build ($CODECUE_KERNEL_MARCH) times differently
+            "vnni_kernel": vnni_path(formats or formats_here(device)), "threads": torch.get_num_threads(),
             "torch": torch.__version__}
 
 
