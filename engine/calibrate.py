@@ -223,7 +223,14 @@ def machine_key(device: str, target_config, draft_config) -> dict:
     formats = formats_here(device)
     return {"version": VERSION, "device": device, **machine_here(device, formats),
             "formats": formats,  # a compiler installed later (vnni) is a new table, not a gap in one
+            "kernel_source": _kernel_source(formats),  # an edited vnni kernel is timed again
             "target": config_digest(target_config), "draft": config_digest(draft_config) if draft_config else None}
+
+
+def _kernel_source(formats: dict[str, tuple[str, ...]]) -> str | None:
+    from . import vnni
+
+    return vnni.source_digest() if "vnni" in formats["target"] else None
 
 
 def machine_here(device: str = "cpu", formats: dict[str, tuple[str, ...]] | None = None) -> dict:

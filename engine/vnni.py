@@ -85,9 +85,13 @@ def build_folder(march: str) -> Path:
     from .models import codecue_home
 
     # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
-    digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)).hexdigest()[:12]
     builds = Path(os.environ.get("CODECUE_EXTENSIONS") or codecue_home() / "extensions")
-    return builds / f"vnni-{torch.__version__}-{digest}{march_tag(march)}".replace("+", "_")
+    return builds / f"vnni-{torch.__version__}-{source_digest()}{march_tag(march)}".replace("+", "_")
+
+
+def source_digest() -> str:
+    """The kernel sources' hash: names its builds, and keys the calibration (an edited kernel times differently)."""
+    return hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)).hexdigest()[:12]
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ every call's numbers must be bitwise equal (a kernel change that alters them is 
 
     .venv/bin/python scripts/bench-vnni-ab.py --rev HEAD~1 [--march x86-64-v3]   # x86-64-v3: the AVX2 build
                                                    # (avx-vnni-on-avx512: the AVX-VNNI path, engine/vnni.py)
+    [--rows 1,2,4,9]: rows per call (default: 1,9,64,512)
     [--timing-only]: no equality check, for timing-only builds (e.g. one that leaves the float epilogue out)
 
 The revision's engine/kernels/*.cpp are built as a second extension under another name ($CODECUE_HOME/extensions,
@@ -68,6 +69,7 @@ def main() -> int:
     parser.add_argument("--rev", default="HEAD~1")
     parser.add_argument("--march", default="native")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="rows per call, comma-separated")
     parser.add_argument("--timing-only", action="store_true",
                         help="time a build whose numbers differ (an experiment that leaves work out)")
     args = parser.parse_args()
@@ -77,7 +79,7 @@ def main() -> int:
     for n, k, bits in LAYERS:
         lin = layer(n, k, bits)
         call_args = (lin.packed, lin.d, lin.m, n, lin.group, bits, lin.per_channel, True)
-        for rows in ROWS:
+        for rows in [int(r) for r in args.rows.split(",")]:
             x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 3
             if not args.timing_only and not torch.equal(old.linear(x, *call_args), new.linear(x, *call_args)):
                 print(f"{n}x{k} {bits}-bit, {rows} rows: the numbers differ")

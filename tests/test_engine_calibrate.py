@@ -291,6 +291,25 @@ def test_vnni_formats_are_timed_where_their_kernel_is_offered_and_key_the_table(
     assert without["vnni_kernel"] is None and with_kernel["vnni_kernel"] == vnni.kernel().simd()
 
 
+def test_an_edited_kernel_is_timed_again(monkeypatch, tmp_path):
+    """The table's times are the kernel's: another kernel source (a faster build of the same numbers) is another
+    table, measured afresh; without the vnni formats the source does not matter."""
+    from engine import vnni
+
+    target = tiny_config(384, 1, hidden=64)
+    monkeypatch.setattr(vnni, "offered", lambda: True)
+    before = machine_key("cpu", target, None)  # loads the kernel: the edited source below is hashed, never built
+    assert before["kernel_source"] == vnni.source_digest()
+    edited = tmp_path / "vnni_linear.cpp"
+    edited.write_bytes(vnni.SOURCES[0].read_bytes() + b"// edited\n")
+    monkeypatch.setattr(vnni, "SOURCES", [edited, *vnni.SOURCES[1:]])
+    after = machine_key("cpu", target, None)
+    assert after["kernel_source"] != before["kernel_source"]
+    assert cal_mod.key_string(after) != cal_mod.key_string(before)
+    monkeypatch.setattr(vnni, "offered", lambda: False)
+    assert machine_key("cpu", target, None)["kernel_source"] is None
+
+
 @pytest.mark.parametrize("march", kernel_marches())
 def test_the_kernels_vector_path_keys_the_table_and_is_printed(monkeypatch, march):
     """The AVX2 build of the kernel (a CPU without AVX-512, or $CODECUE_KERNEL_MARCH=x86-64-v3 on one with it) times

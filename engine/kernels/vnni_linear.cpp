@@ -72,10 +72,10 @@ struct Weights {
   const uint16_t* m;
   int64_t K, G, bits;
   bool per_channel;
+  int64_t groups;  // K / G, computed once (d_at and m_at ran a 64-bit division per group)
   int64_t block_bytes() const { return K * kBlock * bits / 8; }
-  int64_t groups() const { return K / G; }
-  const uint16_t* d_at(int64_t b, int64_t g) const { return per_channel ? d + b * kBlock : d + (b * groups() + g) * kBlock; }
-  const uint16_t* m_at(int64_t b, int64_t g) const { return per_channel ? m + b * kBlock : m + (b * groups() + g) * kBlock; }
+  const uint16_t* d_at(int64_t b, int64_t g) const { return per_channel ? d + b * kBlock : d + (b * groups + g) * kBlock; }
+  const uint16_t* m_at(int64_t b, int64_t g) const { return per_channel ? m + b * kBlock : m + (b * groups + g) * kBlock; }
 };
 
 struct Acts {
@@ -113,8 +113,9 @@ inline int32_t load4(const int8_t* p) {
 }
 
 #if CODECUE_VNNI
-template <int R, int BITS>
+template <int R, int BITS, int GC>
 void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* out, int64_t ldo) {
+  const int64_t G = GC ? GC : w.G;
   __m512 accf[R];
   for (int r = 0; r < R; ++r) accf[r] = _mm512_setzero_ps();
   const uint8_t* wp = w.packed + b * w.block_bytes();
@@ -126,7 +127,7 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
     __m512i acc0[R], acc1[two ? R : 1];
     for (int r = 0; r < R; ++r) acc0[r] = _mm512_setzero_si512();
     if (two) for (int r = 0; r < R; ++r) acc1[r] = _mm512_setzero_si512();
-    const int64_t k0 = g * w.G, k1 = k0 + w.G;
+    const int64_t k0 = g * G, k1 = k0 + G;
     if (BITS == 4) {
       for (int64_t k = k0; k < k1; k += 8) {
         prefetch(wp + (k / 8) * 64);
@@ -198,12 +199,67 @@ inline void unpack4(const uint8_t* chunk, __m256i (&w)[4]) {
   }
 }
 
+#if !CODECUE_AVX_VNNI
+// N rows' 16-bit sums over one 64-byte chunk of 4-bit weights (8 columns of 16 channels), in assembly: written with
+// intrinsics, gcc reassociated the adds of a group's unrolled steps (integer adds associate) and kept products
+// until the end, or spilled the sums to the stack at every step, and how much changed with the code around (a
+// 4-row tile ran 0.75-1.4x as fast from one build to the next). Here the unpacking is unpack4's (c0, c1: the low
+// nibbles, columns 0-3, of channels 0-7 and 8-15; h0, h1: the high nibbles, columns 4-7), each product is added
+// to its row's sums at once, and 4 rows' sums, the weights and 2 temporaries fit the 16 registers. ("memory": the
+// asm reads the weights and activations through its pointers; more exact operands would pass gcc's limit of 30.)
+#define CODECUE_UNPACK4                                                                              \
+  "vmovdqu (%[w]), %[c0]\n\t" "vmovdqu 32(%[w]), %[c1]\n\t"                                         \
+  "vpsrlw $4, %[c0], %[h0]\n\t" "vpsrlw $4, %[c1], %[h1]\n\t"                                        \
+  "vpand %[low4], %[c0], %[c0]\n\t" "vpand %[low4], %[c1], %[c1]\n\t"                                \
+  "vpand %[low4], %[h0], %[h0]\n\t" "vpand %[low4], %[h1], %[h1]\n\t"
+#define CODECUE_ROW4(R)                                                                              \
+  "vpbroadcastd (%[a" #R "]), %[b]\n\t"                                                              \
+  "vpmaddubsw %[b], %[c0], %[t]\n\t" "vpaddw %[t], %[s" #R "0], %[s" #R "0]\n\t"                    \
+  "vpmaddubsw %[b], %[c1], %[t]\n\t" "vpaddw %[t], %[s" #R "1], %[s" #R "1]\n\t"                    \
+  "vpbroadcastd 4(%[a" #R "]), %[b]\n\t"                                                             \
+  "vpmaddubsw %[b], %[h0], %[t]\n\t" "vpaddw %[t], %[s" #R "0], %[s" #R "0]\n\t"                    \
+  "vpmaddubsw %[b], %[h1], %[t]\n\t" "vpaddw %[t], %[s" #R "1], %[s" #R "1]\n\t"
+#define CODECUE_SUMS(R) [s##R##0] "+x"(s[R][0]), [s##R##1] "+x"(s[R][1])
+#define CODECUE_ROW_IN(R) [a##R] "r"(ar[R])
+
+template <int N>
+inline void chunk_sums4(__m256i (&s)[4][2], const uint8_t* chunk, const int8_t* const (&ar)[4], __m256i low4) {
+  __m256i c0, c1, h0, h1, b, t;
+#define CODECUE_TEMPS [c0] "=&x"(c0), [c1] "=&x"(c1), [h0] "=&x"(h0), [h1] "=&x"(h1), [b] "=&x"(b), [t] "=&x"(t)
+#define CODECUE_WEIGHTS [w] "r"(chunk), [low4] "x"(low4)
+  if constexpr (N == 1) {
+    asm(CODECUE_UNPACK4 CODECUE_ROW4(0)
+        : CODECUE_SUMS(0), CODECUE_TEMPS : CODECUE_WEIGHTS, CODECUE_ROW_IN(0) : "memory");
+  } else if constexpr (N == 2) {
+    asm(CODECUE_UNPACK4 CODECUE_ROW4(0) CODECUE_ROW4(1)
+        : CODECUE_SUMS(0), CODECUE_SUMS(1), CODECUE_TEMPS
+        : CODECUE_WEIGHTS, CODECUE_ROW_IN(0), CODECUE_ROW_IN(1) : "memory");
+  } else if constexpr (N == 3) {
+    asm(CODECUE_UNPACK4 CODECUE_ROW4(0) CODECUE_ROW4(1) CODECUE_ROW4(2)
+        : CODECUE_SUMS(0), CODECUE_SUMS(1), CODECUE_SUMS(2), CODECUE_TEMPS
+        : CODECUE_WEIGHTS, CODECUE_ROW_IN(0), CODECUE_ROW_IN(1), CODECUE_ROW_IN(2) : "memory");
+  } else {
+    asm(CODECUE_UNPACK4 CODECUE_ROW4(0) CODECUE_ROW4(1) CODECUE_ROW4(2) CODECUE_ROW4(3)
+        : CODECUE_SUMS(0), CODECUE_SUMS(1), CODECUE_SUMS(2), CODECUE_SUMS(3), CODECUE_TEMPS
+        : CODECUE_WEIGHTS, CODECUE_ROW_IN(0), CODECUE_ROW_IN(1), CODECUE_ROW_IN(2), CODECUE_ROW_IN(3)
+        : "memory");
+  }
+#undef CODECUE_TEMPS
+#undef CODECUE_WEIGHTS
+}
+#undef CODECUE_UNPACK4
+#undef CODECUE_ROW4
+#undef CODECUE_SUMS
+#undef CODECUE_ROW_IN
+#endif
+
 // Integer sums of group g for rows r0 .. r0 + N - 1: acc[r][h] for channels 8h .. 8h + 7.
-template <int N, int BITS>
+template <int N, int BITS, int GC>
 inline void group_sums(const Weights& w, const Acts& a, const uint8_t* wp, int64_t g, int64_t r0, bool first,
                        __m256i (&acc)[4][2]) {
   const __m256i ones = _mm256_set1_epi16(1);
-  const int64_t k0 = g * w.G, k1 = k0 + w.G;
+  const int64_t G = GC ? GC : w.G;
+  const int64_t k0 = g * G, k1 = k0 + G;
   for (int r = 0; r < N; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
 #if CODECUE_AVX_VNNI
   // `vpdpbusd` adds u8 x s8 products into int32 lanes directly: no 16-bit sums to keep from saturating, no sign
@@ -250,19 +306,9 @@ inline void group_sums(const Weights& w, const Acts& a, const uint8_t* wp, int64
       for (int64_t kk = k; kk < std::min(k + 32, k1); kk += 8) {
         const uint8_t* chunk = wp + (kk / 8) * 64;
         if (first) prefetch(chunk);
-        // unpack4's numbers written out: through the helper this build's one-row passes ran 17-20 % slower
-        const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
-        const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32));
-        const __m256i lo0 = _mm256_and_si256(c0, low4), hi0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low4);
-        const __m256i lo1 = _mm256_and_si256(c1, low4), hi1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low4);
-        for (int r = 0; r < N; ++r) {
-          const int8_t* ar = a.q + (r0 + r) * a.K + kk;
-          const __m256i b0 = _mm256_set1_epi32(load4(ar)), b1 = _mm256_set1_epi32(load4(ar + 4));
-          sums16[r][0] = _mm256_add_epi16(sums16[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(lo0, b0),
-                                                                         _mm256_maddubs_epi16(hi0, b1)));
-          sums16[r][1] = _mm256_add_epi16(sums16[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(lo1, b0),
-                                                                         _mm256_maddubs_epi16(hi1, b1)));
-        }
+        const int8_t* ar[4];
+        for (int r = 0; r < N; ++r) ar[r] = a.q + (r0 + r) * a.K + kk;
+        chunk_sums4<N>(sums16, chunk, ar, low4);
       }
       for (int r = 0; r < N; ++r)
         for (int h = 0; h < 2; ++h) acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(sums16[r][h], ones));
@@ -293,11 +339,12 @@ inline void group_sums(const Weights& w, const Acts& a, const uint8_t* wp, int64
 #endif
 }
 
-template <int N, int BITS>
-inline void group_rows(const Weights& w, const Acts& a, const uint8_t* wp, int64_t b, int64_t g, int64_t r0,
-                       bool first, __m256 (*accf)[2]) {
+// always_inline: gcc left block_rows<4>'s group_rows<4> a function call per group (a 4-row pass 1.3x slower)
+template <int N, int BITS, int GC>
+__attribute__((always_inline)) inline void group_rows(const Weights& w, const Acts& a, const uint8_t* wp, int64_t b,
+                                                      int64_t g, int64_t r0, bool first, __m256 (*accf)[2]) {
   __m256i acc[4][2];
-  group_sums<N, BITS>(w, a, wp, g, r0, first, acc);
+  group_sums<N, BITS, GC>(w, a, wp, g, r0, first, acc);
   for (int h = 0; h < 2; ++h) {
     const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d_at(b, g) + 8 * h)));
     const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.m_at(b, g) + 8 * h)));
@@ -310,17 +357,17 @@ inline void group_rows(const Weights& w, const Acts& a, const uint8_t* wp, int64
   }
 }
 
-template <int R, int BITS>
+template <int R, int BITS, int GC>
 void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* out, int64_t ldo) {
   __m256 accf[R][2];
   for (int r = 0; r < R; ++r) accf[r][0] = accf[r][1] = _mm256_setzero_ps();
   const uint8_t* wp = w.packed + b * w.block_bytes();
   for (int64_t g = 0; g < a.groups; ++g) {
     int q = 0;
-    for (; q + 4 <= R; q += 4) group_rows<4, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
-    if (R % 4 == 3) group_rows<3, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
-    if (R % 4 == 2) group_rows<2, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
-    if (R % 4 == 1) group_rows<1, BITS>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    for (; q + 4 <= R; q += 4) group_rows<4, BITS, GC>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    if (R % 4 == 3) group_rows<3, BITS, GC>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    if (R % 4 == 2) group_rows<2, BITS, GC>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
+    if (R % 4 == 1) group_rows<1, BITS, GC>(w, a, wp, b, g, r0 + q, q == 0, accf + q);
   }
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + (r0 + r) * ldo + b * kBlock + 8 * h, accf[r][h]);
@@ -328,19 +375,27 @@ void block_rows(const Weights& w, const Acts& a, int64_t b, int64_t r0, float* o
 #endif
 
 #if CODECUE_VNNI || CODECUE_AVX2
+template <int BITS, int GC>
+void block_tile_group(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows, float* out, int64_t ldo) {
+  switch (rows) {
+    case 1: block_rows<1, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 2: block_rows<2, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 3: block_rows<3, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 4: block_rows<4, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 5: block_rows<5, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 6: block_rows<6, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 7: block_rows<7, BITS, GC>(w, a, b, r0, out, ldo); break;
+    case 8: block_rows<8, BITS, GC>(w, a, b, r0, out, ldo); break;
+    default: block_rows<9, BITS, GC>(w, a, b, r0, out, ldo); break;
+  }
+}
+
+// The layers' usual groups (4-bit 32 columns, 8-bit 128) as constants: their steps unroll, no bounds are kept.
 template <int BITS>
 void block_tile(const Weights& w, const Acts& a, int64_t b, int64_t r0, int rows, float* out, int64_t ldo) {
-  switch (rows) {
-    case 1: block_rows<1, BITS>(w, a, b, r0, out, ldo); break;
-    case 2: block_rows<2, BITS>(w, a, b, r0, out, ldo); break;
-    case 3: block_rows<3, BITS>(w, a, b, r0, out, ldo); break;
-    case 4: block_rows<4, BITS>(w, a, b, r0, out, ldo); break;
-    case 5: block_rows<5, BITS>(w, a, b, r0, out, ldo); break;
-    case 6: block_rows<6, BITS>(w, a, b, r0, out, ldo); break;
-    case 7: block_rows<7, BITS>(w, a, b, r0, out, ldo); break;
-    case 8: block_rows<8, BITS>(w, a, b, r0, out, ldo); break;
-    default: block_rows<9, BITS>(w, a, b, r0, out, ldo); break;
-  }
+  if (BITS == 4 && w.G == 32) block_tile_group<BITS, 32>(w, a, b, r0, rows, out, ldo);
+  else if (BITS == 8 && w.G == 128) block_tile_group<BITS, 128>(w, a, b, r0, rows, out, ldo);
+  else block_tile_group<BITS, 0>(w, a, b, r0, rows, out, ldo);
 }
 #endif
 
@@ -473,7 +528,7 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, torch::Tensor d, tor
   auto out = torch::empty({M, ldo}, torch::kFloat32);
   TORCH_CHECK(d.scalar_type() == torch::kInt16 && m.scalar_type() == torch::kInt16, "d and m must be fp16 bits in int16");
   const Weights w{packed.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(d.data_ptr<int16_t>()),
-                  reinterpret_cast<const uint16_t*>(m.data_ptr<int16_t>()), K, G, bits, per_channel};
+                  reinterpret_cast<const uint16_t*>(m.data_ptr<int16_t>()), K, G, bits, per_channel, groups};
   const Acts a{qp, s1p, s2p, sums_p, K, groups};
   float* o = out.data_ptr<float>();
   const int64_t tiles = (M + kMaxRows - 1) / kMaxRows;
