@@ -7,8 +7,9 @@
 // row is read once, straight from the cache buffer, and multiplied into all query rows of its KV head (grouped-query
 // attention: the query heads that share a KV head share the read), with the softmax between them over each row's
 // visible keys. Scores go 16 keys at a time (score_head_16: one block of keys in L1 for all rows, one lane-sum tree
-// per block instead of a horizontal sum per key). A layer's attention after 1,024 tokens (1.5B shapes, Zen 4,
-// docs/benchmarks.md, eighteenth): 595 -> 413 us for a 9-token verify pass, 132 -> 85 for one token.
+// per block instead of a horizontal sum per key; AVX2: 8 keys, score_head_8). A layer's attention after 1,024 tokens
+// (1.5B shapes, Zen 4, docs/benchmarks.md, eighteenth): 595 -> 413 us for a 9-token verify pass, 132 -> 85 for one
+// token.
 // rms_norm, add_rms_norm, rope_into_cache: what transformers runs as 5-10 small ATen ops each (~8-60 us apiece on
 // 2 cores, 28 layers a pass), in one call.
 //
@@ -181,6 +182,58 @@ void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t
 }
 #endif
 
+#if defined(CODECUE_LEAN_AVX2)
+// The AVX2 form of score_head_16: 8 keys a block, a query row's products for each key in one register (8
+// independent FMA chains where a sweep of 4 rows over one key had 4, then a horizontal sum per key), the 8
+// registers summed lane-wise by one tree. A layer's attention ran 1.11-1.22x faster on a Zen 3 (the 1.5B's and the
+// 0.5B's heads, 1-9 tokens, 300-1,033 keys). (Weighing the values with the keys outer in blocks, as here, was level.)
+// Lane j of the result: the sum of the 8 lanes of v[j].
+inline __m256 sum_lanes8(const __m256* v) {
+  const __m256 s01 = _mm256_hadd_ps(v[0], v[1]), s23 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 s45 = _mm256_hadd_ps(v[4], v[5]), s67 = _mm256_hadd_ps(v[6], v[7]);
+  // per 128-bit half: that half's sums of v[0 .. 3] (s0123) and of v[4 .. 7] (s4567)
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// scores[0 .. 7] of one query row against 8 keys of CHUNKS x 8 floats.
+template <int CHUNKS>
+void score_8_keys(const float* q, const float* k, float scale, float* scores) {
+  __m256 acc[8];
+  const __m256 q0 = _mm256_loadu_ps(q);
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q0, _mm256_loadu_ps(k + j * 8 * CHUNKS));
+  for (int c = 1; c < CHUNKS; ++c) {
+    const __m256 qc = _mm256_loadu_ps(q + 8 * c);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + j * 8 * CHUNKS + 8 * c), acc[j]);
+  }
+  _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_set1_ps(scale), sum_lanes8(acc)));
+}
+
+// score_head_16's order with 8-key blocks: each block read once for all the rows, the last, partial one from a
+// zero-padded copy (a key's score depends on its place in its block, never on how many keys the pass sees).
+template <int CHUNKS>
+void score_head_8(const float* const* q, int64_t rows, const float* k0, int64_t L, float scale,
+                  float* const* scores) {
+  constexpr int64_t D = 8 * CHUNKS;
+  const int64_t whole = L / 8 * 8;
+  for (int64_t j0 = 0; j0 < whole; j0 += 8) {
+    const float* k = k0 + j0 * D;
+    if (j0 + 8 < whole) {
+      for (int64_t b = 0; b < 8 * D; b += 16) __builtin_prefetch(k + 8 * D + b, 0, 3);
+    }
+    for (int64_t r = 0; r < rows; ++r) score_8_keys<CHUNKS>(q[r], k, scale, scores[r] + j0);
+  }
+  if (whole == L) return;
+  alignas(32) float padded[8 * D] = {};
+  std::memcpy(padded, k0 + whole * D, (L - whole) * D * sizeof(float));
+  alignas(32) float block[8];
+  for (int64_t r = 0; r < rows; ++r) {
+    score_8_keys<CHUNKS>(q[r], padded, scale, block);
+    std::memcpy(scores[r] + whole, block, (L - whole) * sizeof(float));
+  }
+}
+#endif
+
 #if defined(CODECUE_LEAN_AVX512)
 // exp of 16 floats (Cephes' expf: 2^n times a degree-7 polynomial of the remainder, ~1 ulp), for the softmax.
 inline __m512 exp16(__m512 x) {
@@ -347,8 +400,32 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
       }
     });
   };
-  // Keys in blocks of 16 (score_head_16) where the head's width allows, else one at a time (score_rows).
+  // Keys in blocks of 16 (score_head_16; AVX2: 8, score_head_8) where the head's width allows, else one at a time
+  // (score_rows).
   bool blocked = false;
+#if defined(CODECUE_LEAN_AVX2)
+  const int chunks8 = D % 8 == 0 ? static_cast<int>(D / 8) : 0;
+  blocked = chunks8 == 2 || chunks8 == 4 || chunks8 == 8 || chunks8 == 16;
+  if (blocked) {
+    at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
+      std::vector<const float*> q_rows(R);
+      std::vector<float*> s_rows(R);
+      for (int64_t kv = begin; kv < end; ++kv) {
+        for (int64_t r = 0; r < R; ++r) {
+          q_rows[r] = query_row(kv, r);
+          s_rows[r] = sp + (kv * R + r) * L;
+        }
+        const float* k = kp + kv * k_head;
+        switch (chunks8) {
+          case 16: score_head_8<16>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          case 8: score_head_8<8>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          case 4: score_head_8<4>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          default: score_head_8<2>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+        }
+      }
+    });
+  }
+#endif
 #if defined(CODECUE_LEAN_AVX512)
   const int chunks = D % 16 == 0 ? static_cast<int>(D / 16) : 0;
   blocked = chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8;
