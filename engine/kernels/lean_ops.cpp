@@ -6,8 +6,8 @@
 // the 1.5B at 1,024 tokens of context on a Zen 4, where streaming the same 1 MB takes ~40 us. Here every key and value
 // row is read once, straight from the cache buffer, and multiplied into all query rows of its KV head (grouped-query
 // attention: the query heads that share a KV head share the read), with the softmax between them over each row's
-// visible keys. Scores go 16 keys at a time (score_head_16: one block of keys in L1 for all rows, one lane-sum tree
-// per block instead of a horizontal sum per key; AVX2: 8 keys, score_head_8). A layer's attention after 1,024 tokens
+// visible keys. Scores go 16 keys at a time (AVX2: 8; score_head_blocks: one block of keys in L1 for all rows, one
+// lane-sum tree per block instead of a horizontal sum per key). A layer's attention after 1,024 tokens
 // (1.5B shapes, Zen 4, docs/benchmarks.md, eighteenth): 595 -> 413 us for a 9-token verify pass, 132 -> 85 for one
 // token.
 // rms_norm, add_rms_norm, rope_into_cache: what transformers runs as 5-10 small ATen ops each (~8-60 us apiece on
@@ -120,6 +120,8 @@ void score_rows(const float* const* q, int rows, const float* k0, int64_t L, int
 }
 
 #if defined(CODECUE_LEAN_AVX512)
+constexpr int64_t kKeyBlock = 16;  // keys a block of scores (score_head_blocks): the vector's lanes
+
 // Lane j of the result: the sum of the 16 lanes of v[j]. A tree of unpacks and shuffles (45 instructions) in place of
 // 16 horizontal sums (~8 each).
 inline __m512 sum_lanes16(const __m512* v) {
@@ -140,11 +142,12 @@ inline __m512 sum_lanes16(const __m512* v) {
                        _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// scores[0 .. 15] of one query row (its CHUNKS x 16 floats held in registers) against 16 keys: each key's products
-// summed in one register, the 16 registers summed lane-wise by one tree. A key's score is computed the same way
-// whatever the pass's other rows are.
-template <int CHUNKS>
-void score_16_keys(const float* q, const float* k, float scale, float* scores) {
+// scores[0 .. 15] of one query row (its D floats held in registers) against 16 keys: each key's products summed in
+// one register, the 16 registers summed lane-wise by one tree. A key's score is computed the same way whatever the
+// pass's other rows are.
+template <int D>
+void score_key_block(const float* q, const float* k, float scale, float* scores) {
+  constexpr int CHUNKS = D / 16;
   __m512 qc[CHUNKS], acc[16];
   for (int c = 0; c < CHUNKS; ++c) qc[c] = _mm512_loadu_ps(q + 16 * c);
   for (int j = 0; j < 16; ++j) {
@@ -154,39 +157,15 @@ void score_16_keys(const float* q, const float* k, float scale, float* scores) {
   }
   _mm512_storeu_ps(scores, _mm512_mul_ps(_mm512_set1_ps(scale), sum_lanes16(acc)));
 }
-
-// Every row of one KV head against keys 0 .. L - 1, 16 at a time: the keys outer, so each block of keys (8 KB at
-// d = 128) is read from memory once and stays in L1 for all the rows. The last, partial block goes through the same
-// arithmetic from a zero-padded copy: a key's score depends on its place in its block (j mod 16, fixed by its index),
-// never on how many keys the pass sees, so a verify pass and one-token passes give each key the same bits.
-template <int CHUNKS>
-void score_head_16(const float* const* q, int64_t rows, const float* k0, int64_t L, float scale,
-                   float* const* scores) {
-  constexpr int64_t D = 16 * CHUNKS;
-  const int64_t whole = L / 16 * 16;
-  for (int64_t j0 = 0; j0 < whole; j0 += 16) {
-    const float* k = k0 + j0 * D;
-    if (j0 + 16 < whole) {
-      for (int64_t b = 0; b < 16 * D; b += 16) __builtin_prefetch(k + 16 * D + b, 0, 3);
-    }
-    for (int64_t r = 0; r < rows; ++r) score_16_keys<CHUNKS>(q[r], k, scale, scores[r] + j0);
-  }
-  if (whole == L) return;
-  alignas(64) float padded[16 * D] = {};
-  std::memcpy(padded, k0 + whole * D, (L - whole) * D * sizeof(float));
-  alignas(64) float block[16];
-  for (int64_t r = 0; r < rows; ++r) {
-    score_16_keys<CHUNKS>(q[r], padded, scale, block);
-    std::memcpy(scores[r] + whole, block, (L - whole) * sizeof(float));
-  }
-}
 #endif
 
 #if defined(CODECUE_LEAN_AVX2)
-// The AVX2 form of score_head_16: 8 keys a block, a query row's products for each key in one register (8
-// independent FMA chains where a sweep of 4 rows over one key had 4, then a horizontal sum per key), the 8
-// registers summed lane-wise by one tree. A layer's attention ran 1.11-1.22x faster on a Zen 3 (the 1.5B's and the
-// 0.5B's heads, 1-9 tokens, 300-1,033 keys). (Weighing the values with the keys outer in blocks, as here, was level.)
+// The AVX2 form of the AVX-512 scores: 8 keys a block (score_head_blocks), a query row's products for each key in
+// one register (8 independent FMA chains where a sweep of 4 rows over one key had 4, then a horizontal sum per key),
+// the 8 registers summed lane-wise by one tree. A layer's attention ran 1.11-1.22x faster on a Zen 3 (the 1.5B's and
+// the 0.5B's heads, 1-9 tokens, 300-1,033 keys). (Weighing the values with the keys outer in blocks was level.)
+constexpr int64_t kKeyBlock = 8;
+
 // Lane j of the result: the sum of the 8 lanes of v[j].
 inline __m256 sum_lanes8(const __m256* v) {
   const __m256 s01 = _mm256_hadd_ps(v[0], v[1]), s23 = _mm256_hadd_ps(v[2], v[3]);
@@ -196,9 +175,10 @@ inline __m256 sum_lanes8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-// scores[0 .. 7] of one query row against 8 keys of CHUNKS x 8 floats.
-template <int CHUNKS>
-void score_8_keys(const float* q, const float* k, float scale, float* scores) {
+// scores[0 .. 7] of one query row against 8 keys of D floats.
+template <int D>
+void score_key_block(const float* q, const float* k, float scale, float* scores) {
+  constexpr int CHUNKS = D / 8;
   __m256 acc[8];
   const __m256 q0 = _mm256_loadu_ps(q);
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q0, _mm256_loadu_ps(k + j * 8 * CHUNKS));
@@ -208,27 +188,32 @@ void score_8_keys(const float* q, const float* k, float scale, float* scores) {
   }
   _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_set1_ps(scale), sum_lanes8(acc)));
 }
+#endif
 
-// score_head_16's order with 8-key blocks: each block read once for all the rows, the last, partial one from a
-// zero-padded copy (a key's score depends on its place in its block, never on how many keys the pass sees).
-template <int CHUNKS>
-void score_head_8(const float* const* q, int64_t rows, const float* k0, int64_t L, float scale,
-                  float* const* scores) {
-  constexpr int64_t D = 8 * CHUNKS;
-  const int64_t whole = L / 8 * 8;
-  for (int64_t j0 = 0; j0 < whole; j0 += 8) {
+#if defined(CODECUE_LEAN_AVX512) || defined(CODECUE_LEAN_AVX2)
+
+// Every row of one KV head against keys 0 .. L - 1, kKeyBlock at a time (score_key_block): the keys outer, so each
+// block of keys (8 KB at d = 128 with AVX-512) is read from memory once and stays in L1 for all the rows. The last,
+// partial block goes through the same arithmetic from a zero-padded copy: a key's score depends on its place in its
+// block (j mod kKeyBlock, fixed by its index), never on how many keys the pass sees, so a verify pass and one-token
+// passes give each key the same bits.
+template <int D>
+void score_head_blocks(const float* const* q, int64_t rows, const float* k0, int64_t L, float scale,
+                       float* const* scores) {
+  const int64_t whole = L / kKeyBlock * kKeyBlock;
+  for (int64_t j0 = 0; j0 < whole; j0 += kKeyBlock) {
     const float* k = k0 + j0 * D;
-    if (j0 + 8 < whole) {
-      for (int64_t b = 0; b < 8 * D; b += 16) __builtin_prefetch(k + 8 * D + b, 0, 3);
+    if (j0 + kKeyBlock < whole) {
+      for (int64_t b = 0; b < kKeyBlock * D; b += 16) __builtin_prefetch(k + kKeyBlock * D + b, 0, 3);
     }
-    for (int64_t r = 0; r < rows; ++r) score_8_keys<CHUNKS>(q[r], k, scale, scores[r] + j0);
+    for (int64_t r = 0; r < rows; ++r) score_key_block<D>(q[r], k, scale, scores[r] + j0);
   }
   if (whole == L) return;
-  alignas(32) float padded[8 * D] = {};
+  alignas(64) float padded[kKeyBlock * D] = {};
   std::memcpy(padded, k0 + whole * D, (L - whole) * D * sizeof(float));
-  alignas(32) float block[8];
+  alignas(64) float block[kKeyBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    score_8_keys<CHUNKS>(q[r], padded, scale, block);
+    score_key_block<D>(q[r], padded, scale, block);
     std::memcpy(scores[r] + whole, block, (L - whole) * sizeof(float));
   }
 }
@@ -400,12 +385,11 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
       }
     });
   };
-  // Keys in blocks of 16 (score_head_16; AVX2: 8, score_head_8) where the head's width allows, else one at a time
-  // (score_rows).
+  // Keys in blocks (score_head_blocks: 16 with AVX-512, 8 with AVX2) where the head's width allows, else one at a
+  // time (score_rows).
   bool blocked = false;
-#if defined(CODECUE_LEAN_AVX2)
-  const int chunks8 = D % 8 == 0 ? static_cast<int>(D / 8) : 0;
-  blocked = chunks8 == 2 || chunks8 == 4 || chunks8 == 8 || chunks8 == 16;
+#if defined(CODECUE_LEAN_AVX512) || defined(CODECUE_LEAN_AVX2)
+  blocked = D == 16 || D == 32 || D == 64 || D == 128;
   if (blocked) {
     at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
       std::vector<const float*> q_rows(R);
@@ -416,34 +400,11 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
           s_rows[r] = sp + (kv * R + r) * L;
         }
         const float* k = kp + kv * k_head;
-        switch (chunks8) {
-          case 16: score_head_8<16>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-          case 8: score_head_8<8>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-          case 4: score_head_8<4>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-          default: score_head_8<2>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-        }
-      }
-    });
-  }
-#endif
-#if defined(CODECUE_LEAN_AVX512)
-  const int chunks = D % 16 == 0 ? static_cast<int>(D / 16) : 0;
-  blocked = chunks == 1 || chunks == 2 || chunks == 4 || chunks == 8;
-  if (blocked) {
-    at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
-      std::vector<const float*> q_rows(R);
-      std::vector<float*> s_rows(R);
-      for (int64_t kv = begin; kv < end; ++kv) {
-        for (int64_t r = 0; r < R; ++r) {
-          q_rows[r] = query_row(kv, r);
-          s_rows[r] = sp + (kv * R + r) * L;
-        }
-        const float* k = kp + kv * k_head;
-        switch (chunks) {
-          case 8: score_head_16<8>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-          case 4: score_head_16<4>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-          case 2: score_head_16<2>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
-          default: score_head_16<1>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+        switch (D) {
+          case 128: score_head_blocks<128>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          case 64: score_head_blocks<64>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          case 32: score_head_blocks<32>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
+          default: score_head_blocks<16>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
         }
       }
     });
