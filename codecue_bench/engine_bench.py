@@ -341,8 +341,8 @@ def bench_engine(args) -> dict:
     report = {"device": str(pair.device), "machine": machine_here(str(pair.device)),
               "dtype": pair.activations, "target_weights": pair.target_weights,
               "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
-              "pair": args.pair, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k, "warm": warm,
-              "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
+              "pair": args.pair, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k,
+              "warm": warm, "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
     if V1_MODE in modes:
         report["v1_dtype"] = str(v1_engine(args).pair.activations)
     for mode, t in totals.items():

@@ -69,7 +69,8 @@ def main() -> int:
     parser.add_argument("--rev", default="HEAD~1")
     parser.add_argument("--march", default="native")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="rows per call, comma-separated")
+    parser.add_argument("--rows", type=lambda text: [int(r) for r in text.split(",")], default=list(ROWS),
+                        help="rows per call, comma-separated")
     parser.add_argument("--timing-only", action="store_true",
                         help="time a build whose numbers differ (an experiment that leaves work out)")
     args = parser.parse_args()
@@ -79,7 +80,7 @@ def main() -> int:
     for n, k, bits in LAYERS:
         lin = layer(n, k, bits)
         call_args = (lin.packed, lin.d, lin.m, n, lin.group, bits, lin.per_channel, True)
-        for rows in [int(r) for r in args.rows.split(",")]:
+        for rows in args.rows:
             x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 3
             if not args.timing_only and not torch.equal(old.linear(x, *call_args), new.linear(x, *call_args)):
                 print(f"{n}x{k} {bits}-bit, {rows} rows: the numbers differ")
