@@ -129,6 +129,7 @@ def record(engine, prompts: list[dict], max_new_tokens: int) -> list[Trace]:
     done at every position."""
     import torch
 
+    from engine import draft_vocab
     from engine.types import CompletionRequest
 
     from .side_by_side import first_line_done
@@ -139,6 +140,7 @@ def record(engine, prompts: list[dict], max_new_tokens: int) -> list[Trace]:
         ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
         stop = first_line_done if prompt["kind"] == "line" else None  # as the server asks for a single line
         completion = engine.complete(CompletionRequest(ids, max_new_tokens, drafter="none", stop=stop)).token_ids
+        draft_vocab.cover(draft, ids)  # a trimmed head reaches the prompt's ids, as the drafter's does
         with torch.inference_mode():  # the head over the completion's rows only: all 150k logits per row add up
             hidden = draft.model(input_ids=torch.tensor([ids + completion])).last_hidden_state[0]
             predicted = draft.lm_head(hidden[len(ids) - 1:len(ids) + len(completion) - 1]).argmax(-1).tolist()

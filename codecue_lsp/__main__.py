@@ -96,10 +96,13 @@ def check(settings) -> int:
         print(f"error: could not load model pair {settings.pair!r}: {exc}. "
               f"Run `codecue-models fetch` (or `codecue-models verify`).", file=sys.stderr)
         return 2
+    from engine.draft_vocab import describe as describe_draft_head
+
     pair = completer.engine.pair
     print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, target {pair.target_weights} "
           f"weights / {pair.activations} activations, draft "
-          f"{pair.draft_weights or 'not loaded'}; {'compiled' if pair.compiled else 'eager'} steps)")
+          f"{pair.draft_weights or 'not loaded'}{describe_draft_head(pair.draft)}; "
+          f"{'compiled' if pair.compiled else 'eager'} steps)")
     if pair.calibration is not None:
         from engine.calibrate_report import format_table
 

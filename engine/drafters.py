@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from . import draft_vocab
 from .interrupt import PassCancelled
 from .kvcache import PREFILL_CHUNK, TrackedCache, cache_for
 from .sampling import sample, warp
@@ -157,6 +158,7 @@ class ModelDrafter:
         if k <= 0:
             return draft
         seen = self.view(tokens) if self.view is not None else tokens
+        draft_vocab.cover(self.model, tokens)  # a trimmed head reaches every id of the text (engine/draft_vocab.py)
         self.cache.reuse_prefix(seen)
         pending = seen[len(self.cache.ids):]
         # The cache may already hold every committed token (the last draft was fully accepted and fed):

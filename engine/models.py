@@ -84,6 +84,9 @@ class PairSpec:
     # Compiled static steps (engine/compiled.py); None: on a GPU only (CUDA graphs: a one-token pass of the 1.5B
     # 16.4 -> 3.3 ms on an H200), env CODECUE_COMPILE=0/1 overrides.
     compile: bool | None = None
+    # The draft model's output head over token ids [0, draft_vocab) and the ids of the text it has seen
+    # (engine/draft_vocab.py); 0: the whole head.
+    draft_vocab: int = 0
 
 
 @dataclass
@@ -155,6 +158,7 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             draft_weights=p.get("draft_weights", "auto"),
             activations=p.get("activations", "auto"),
             compile=None if p.get("compile") is None else bool(p["compile"]),
+            draft_vocab=int(p.get("draft_vocab", 0)),
         )
     return config
 
@@ -404,6 +408,10 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
         compiled = attach(target, TARGET_WIDTHS, home=home or codecue_home(), progress=progress, label="target")
         if draft is not None and compiled:
             attach(draft, DRAFT_WIDTHS, last_only=True, home=home or codecue_home(), progress=progress, label="draft")
+    if draft is not None and not compiled and hasattr(draft, "lm_head"):
+        from . import draft_vocab
+
+        draft_vocab.trim(draft, draft_vocab.wanted(spec.draft_vocab))  # a compiled step keeps the head it captured
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
                       target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
                       draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice, compiled=compiled)

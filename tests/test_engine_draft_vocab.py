@@ -1,0 +1,163 @@
+"""The draft model's head over part of the vocabulary (engine/draft_vocab.py): the same logits where it reaches,
+-inf elsewhere, every id of the text reachable, and speculation's output still target alone's."""
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from engine import CompletionRequest, Engine
+from engine.draft_vocab import TrimmedHead, cover, describe, trim, wanted
+from engine.drafters import ModelDrafter
+from engine.kvcache import TrackedCache
+from engine.vnni import VnniLinear, available
+from engine_helpers import random_prompt, reference_greedy, tiny_model, tiny_pair
+
+FIRST = 128  # of the tiny tokenizer's 384 ids
+
+
+def trimmed_copy(model, first: int = FIRST):
+    model = copy.deepcopy(model).requires_grad_(False)
+    assert trim(model, first)
+    return model
+
+
+@pytest.mark.parametrize("tokens, extra", [
+    ([], []),
+    ([1, 2, 127], []),  # below FIRST: the head's own rows
+    ([130, 5, 130, 383], [130, 383]),  # each id once, in order
+    ([128, 9999, -1], [128]),  # ids outside the vocabulary are no rows
+])
+def test_cover_keeps_the_texts_ids_past_the_kept_rows(tokens, extra):
+    model = trimmed_copy(tiny_model(1, 1))
+    cover(model, tokens)
+    assert model.lm_head.extra.tolist() == extra
+    assert (model.lm_head.extra_rows is None) == (not extra)
+
+
+def test_the_trimmed_head_has_the_whole_heads_logits_where_it_reaches():
+    whole = tiny_model(1, 1)
+    model = trimmed_copy(whole)
+    cover(model, [200, 7, 383])
+    h = torch.randn(3, whole.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        full, cut = whole.lm_head(h), model.lm_head(h)
+    reached = torch.zeros(full.shape[-1], dtype=torch.bool)
+    reached[:FIRST] = True
+    reached[[200, 383]] = True
+    assert cut.shape == full.shape
+    torch.testing.assert_close(cut[:, reached], full[:, reached], rtol=1e-5, atol=1e-5)
+    assert torch.isneginf(cut[:, ~reached]).all()
+    # the kept rows are a view of the head's weights, not a copy
+    assert model.lm_head.rows.weight.untyped_storage().data_ptr() == model.lm_head.full.weight.untyped_storage().data_ptr()
+
+
+@pytest.mark.skipif(not available(), reason="the vnni kernel does not build here")
+def test_a_vnni_head_is_cut_to_a_view_and_its_rows_are_bitwise_the_whole_heads():
+    model = copy.deepcopy(tiny_model(1, 1)).requires_grad_(False)
+    model.lm_head = VnniLinear.from_dense_int4(model.lm_head.weight.detach(), None, torch.float32)
+    whole = model.lm_head
+    assert trim(model, FIRST + 5)  # rounded down to the kernel's blocks of 16 rows
+    head = model.lm_head
+    assert isinstance(head, TrimmedHead) and head.first == FIRST
+    assert head.rows.packed.data_ptr() == whole.packed.data_ptr()  # nothing copied
+    head.cover([300, 131, 383, 301])  # 131 in one block, 300/301 in another, 383 the last row
+    h = torch.randn(4, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        cut, full = head(h), whole(h)
+    reached = torch.zeros(full.shape[-1], dtype=torch.bool)
+    reached[:FIRST] = True
+    reached[[131, 300, 301, 383]] = True
+    assert torch.equal(cut[:, reached], full[:, reached])
+    assert torch.isneginf(cut[:, ~reached]).all()
+
+
+def test_only_a_head_of_a_known_kind_without_bias_is_trimmed():
+    biased = copy.deepcopy(tiny_model(1, 1))
+    biased.lm_head.bias = torch.nn.Parameter(torch.zeros(biased.lm_head.out_features))
+    assert not trim(biased, FIRST) and not isinstance(biased.lm_head, TrimmedHead)
+    other = copy.deepcopy(tiny_model(1, 1))
+    other.lm_head = torch.nn.Sequential(other.lm_head)
+    assert not trim(other, FIRST)
+    small = copy.deepcopy(tiny_model(1, 1))
+    assert not trim(small, 4096)  # no larger than the cut: nothing to save
+    assert not trim(small, 0)
+    untied = copy.deepcopy(tiny_model(1, 1))
+    untied.config.tie_word_embeddings = False  # the extra rows come from the head itself, tied or not
+    assert trim(untied, FIRST)
+
+
+@pytest.mark.parametrize("configured, env, rows", [
+    (65536, None, 65536), (0, None, 0), (None, None, 0), (65536, "0", 0), (65536, "off", 0), (0, "32768", 32768)])
+def test_models_toml_sets_the_cut_and_the_environment_overrides_it(monkeypatch, configured, env, rows):
+    if env is None:
+        monkeypatch.delenv("CODECUE_DRAFT_VOCAB", raising=False)
+    else:
+        monkeypatch.setenv("CODECUE_DRAFT_VOCAB", env)
+    assert wanted(configured) == rows
+
+
+def engine_with_draft(draft) -> Engine:
+    return Engine(dataclasses.replace(tiny_pair("random"), draft=draft))
+
+
+@pytest.mark.parametrize("first", [64, FIRST])
+def test_speculation_with_a_trimmed_draft_head_equals_target_alone(first):
+    """The draft model is the target itself with its head cut: where the target's next token lies past the cut and
+    not in the text, the draft cannot propose it and is rejected; the output is target alone's all the same."""
+    target = tiny_model(2, 0)
+    engine = engine_with_draft(trimmed_copy(target, first))
+    for seed in range(1, 6):
+        prompt = random_prompt(seed, repeat=True)
+        result = engine.complete(CompletionRequest(prompt, 24, drafter="draft", max_draft_tokens=4,
+                                                   adaptive_k=False))
+        assert result.token_ids == reference_greedy(target, prompt, 24)
+        assert result.stats.accepted > 0
+
+
+def next_token(model, prompt: list[int]) -> int:
+    with torch.inference_mode():
+        return int(model(input_ids=torch.tensor([prompt])).logits[0, -1].argmax())
+
+
+def test_the_drafter_reaches_the_texts_ids_past_the_cut_and_only_those():
+    """The whole model's next token t lies past the cut: a drafter with the cut head proposes t when the text holds
+    it (ModelDrafter covers the text it is given), and something else when it does not."""
+    whole = tiny_model(1, 1)
+    model = trimmed_copy(whole, 64)
+    found = {}
+    for seed in range(200):
+        prompt = random_prompt(seed, length=24)
+        t = next_token(whole, prompt)
+        if t >= 64:
+            found.setdefault(t in prompt, (prompt, t))
+        if len(found) == 2:
+            break
+    assert len(found) == 2, "no prompts found"
+    for in_text, (prompt, t) in found.items():
+        drafter = ModelDrafter(model, TrackedCache(model), min_confidence=0.0)
+        token = drafter.propose(prompt, 1, lambda: False).tokens[0]
+        assert (token == t) == in_text
+        assert token < 64 or token in prompt
+
+
+def test_sampled_drafts_from_a_trimmed_head_put_no_weight_past_it():
+    target = tiny_model(2, 0)
+    engine = engine_with_draft(trimmed_copy(target, 64))
+    prompt = random_prompt(3)
+    result = engine.complete(CompletionRequest(prompt, 16, drafter="draft", temperature=0.8, seed=5,
+                                               max_draft_tokens=3, adaptive_k=False))
+    assert 0 < len(result.token_ids) <= 16
+    drafter_model = engine.pair.draft
+    with torch.inference_mode():
+        logits = drafter_model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    probs = torch.softmax(logits, dim=-1)
+    outside = torch.ones_like(probs, dtype=torch.bool)
+    outside[:64] = False
+    outside[drafter_model.lm_head.extra] = False
+    assert probs[outside].sum() == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
+
+
+def test_the_check_line_says_how_much_of_the_vocabulary_the_head_covers():
+    assert describe(trimmed_copy(tiny_model(1, 1))) == ", head over ids < 128 and the text's"
+    assert describe(tiny_model(1, 1)) == "" and describe(None) == ""
