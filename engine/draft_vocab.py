@@ -32,9 +32,13 @@ def wanted(configured: int | None) -> int:
     """The head's first rows to keep: models.toml's `draft_vocab`, unless CODECUE_DRAFT_VOCAB says otherwise (0 or
     "off": the whole head)."""
     env = os.environ.get("CODECUE_DRAFT_VOCAB", "").strip().lower()
-    if env:
-        return 0 if env in ("0", "off", "false", "no") else int(env)
-    return int(configured or 0)
+    if not env:
+        return int(configured or 0)
+    if env in ("off", "false", "no"):
+        return 0
+    if not env.isdigit():
+        raise ValueError(f"CODECUE_DRAFT_VOCAB={env!r}: give the number of token ids the draft head keeps, or 0")
+    return int(env)
 
 
 class TrimmedHead(nn.Module):

@@ -97,6 +97,12 @@ def test_models_toml_sets_the_cut_and_the_environment_overrides_it(monkeypatch, 
     assert wanted(configured) == rows
 
 
+def test_a_malformed_setting_says_what_it_wants(monkeypatch):
+    monkeypatch.setenv("CODECUE_DRAFT_VOCAB", "32k")
+    with pytest.raises(ValueError, match="number of token ids"):
+        wanted(65536)
+
+
 def engine_with_draft(draft) -> Engine:
     return Engine(dataclasses.replace(tiny_pair("random"), draft=draft))
 
