@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import os
 
-import numpy as np
 import torch
 from torch import nn
+
+from .vnni import VnniLinear
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ class TrimmedHead(nn.Module):
         self.full = head  # every row: for `whole`, and the rows of covered ids are taken from it
         self.rows = cut_rows(head, first)
         self.first, self.vocab = first, head.out_features
-        self.extra = torch.empty(0, dtype=torch.long)  # covered ids past `first`
+        self.text: list[int] = []  # the tokens last covered
+        self.extra = torch.empty(0, dtype=torch.long)  # their ids past `first`, ascending
         self.extra_rows: nn.Module | None = None  # the head's rows that hold them
         self.extra_at = torch.empty(0, dtype=torch.long)  # where each covered id is among extra_rows' outputs
         self.whole = False  # True: every row, as before the cut (scripts/bench-draft-vocab.py times both in one run)
@@ -59,13 +61,22 @@ class TrimmedHead(nn.Module):
         return self.vocab
 
     def cover(self, tokens: list[int]) -> None:
-        """Make every id in `tokens` reachable (the rows past `first` are gathered again only when the set changes)."""
-        ids = np.asarray(tokens, dtype=np.int64)
-        extra = np.unique(ids[(ids >= self.first) & (ids < self.vocab)])
-        if extra.shape[0] == self.extra.shape[0] and np.array_equal(extra, self.extra.numpy()):
+        """Make every id in `tokens` reachable, and only those past `first`. The drafter's text mostly grows between
+        calls (its prompt, then the accepted tokens): then only the new tokens are read, and the rows are gathered
+        again only when an id is new (reading the whole text each draft round cost ~0.13 ms at 3,000 tokens)."""
+        n = len(self.text)
+        if len(tokens) >= n and tokens[:n] == self.text:
+            past = {t for t in tokens[n:] if self.first <= t < self.vocab}
+            known = set(self.extra.tolist())
+            ids = sorted(known | past) if not past <= known else None
+        else:
+            ids = sorted({t for t in tokens if self.first <= t < self.vocab})
+            ids = ids if ids != self.extra.tolist() else None
+        self.text = list(tokens)
+        if ids is None:
             return
-        self.extra = torch.from_numpy(extra)
-        self.extra_rows, self.extra_at = gather_rows(self.full, self.extra) if len(extra) else (None, self.extra)
+        self.extra = torch.tensor(ids, dtype=torch.long)
+        self.extra_rows, self.extra_at = gather_rows(self.full, self.extra) if ids else (None, self.extra)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.whole:
@@ -80,8 +91,6 @@ class TrimmedHead(nn.Module):
 
 def cut_rows(head: nn.Module, first: int) -> nn.Module:
     """The head's first `first` output rows as a module of the same kind, sharing its weights."""
-    from .vnni import VnniLinear
-
     if isinstance(head, VnniLinear):
         return vnni_blocks(head, slice(0, first // ROWS_MULTIPLE), first)
     kept = nn.Linear(head.in_features, first, bias=False, device="meta")
@@ -92,8 +101,6 @@ def cut_rows(head: nn.Module, first: int) -> nn.Module:
 def gather_rows(head: nn.Module, ids: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
     """(a module computing the head's rows that hold `ids`, where each id is among its outputs). A vnni head gives
     whole blocks of 16 rows: the kernel's numbers for a row do not depend on the other blocks."""
-    from .vnni import VnniLinear
-
     if isinstance(head, VnniLinear):
         blocks = torch.unique(ids // ROWS_MULTIPLE)
         at = torch.searchsorted(blocks, ids // ROWS_MULTIPLE) * ROWS_MULTIPLE + ids % ROWS_MULTIPLE
@@ -105,8 +112,6 @@ def gather_rows(head: nn.Module, ids: torch.Tensor) -> tuple[nn.Module, torch.Te
 
 def vnni_blocks(head, blocks, rows: int):
     """A VnniLinear over some of `head`'s blocks of 16 rows (a slice: views; a list of blocks: a copy)."""
-    from .vnni import VnniLinear
-
     part = VnniLinear(head.packed[blocks], head.d[blocks], head.m[blocks], head.bits, head.group, rows,
                       head.in_features, None, torch.float32)
     part.use_simd = head.use_simd
@@ -116,8 +121,6 @@ def vnni_blocks(head, blocks, rows: int):
 def trim(model: nn.Module, first: int) -> bool:
     """Give a draft model a TrimmedHead over ids [0, first) (rounded down to 16); False, with a log line, where its
     head is of another kind, has a bias (output heads here have none), or is no larger than that."""
-    from .vnni import VnniLinear
-
     head = getattr(model, "lm_head", None)
     first -= first % ROWS_MULTIPLE
     if isinstance(head, TrimmedHead) or first <= 0:

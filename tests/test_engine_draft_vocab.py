@@ -35,6 +35,21 @@ def test_cover_keeps_the_texts_ids_past_the_kept_rows(tokens, extra):
     assert (model.lm_head.extra_rows is None) == (not extra)
 
 
+def test_cover_follows_the_text_as_it_grows_and_when_it_is_replaced():
+    model = trimmed_copy(tiny_model(1, 1))
+    head = model.lm_head
+    cover(model, [9, 200])
+    cover(model, [9, 200, 150, 200])  # grown: the new id joins
+    assert head.extra.tolist() == [150, 200]
+    rows = head.extra_rows
+    cover(model, [9, 200, 150, 200, 9, 150])  # grown, no new id: the rows stay as they were
+    assert head.extra.tolist() == [150, 200] and head.extra_rows is rows
+    cover(model, [9, 300, 12])  # another text: its ids only
+    assert head.extra.tolist() == [300]
+    cover(model, [9, 12])
+    assert head.extra.tolist() == [] and head.extra_rows is None
+
+
 def test_the_trimmed_head_has_the_whole_heads_logits_where_it_reaches():
     whole = tiny_model(1, 1)
     model = trimmed_copy(whole)
