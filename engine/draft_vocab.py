@@ -1,5 +1,5 @@
-"""The draft model's output head over part of the vocabulary (FR-Spec): token ids [0, N) and every id of the text
-the drafter has seen.
+"""The draft model's output head over part of the vocabulary (FR-Spec): N token ids (the first N, or the N most
+frequent in code) and every id of the text the drafter has seen.
 
 A draft step of the 0.5B streams its whole output head, 151,936 rows x 896 (85 MB of the ~310 MB a step reads in
 the vnni4 format). Qwen's byte-level BPE numbers tokens roughly by how early they were merged, so the frequent ones
@@ -8,16 +8,30 @@ Zen 3, and the draft model's next token is the target's 92.8 % of the time on th
 87.5 % instead of 87.7 % on holes in this repository's code (docs/benchmarks.md, thirty-seventh). The drafter only
 proposes, the target verifies every token, so a token outside the head's rows costs a rejected draft, never a wrong
 output. The head's rows are the first N (a view of the weights, nothing copied); the ids of the session's text
-beyond N are computed from the head's own rows (the kernel's blocks of 16 that hold them: a few thousand rows, their
+outside them are computed from the head's own rows (the kernel's blocks of 16 that hold them: a few thousand rows, their
 logits bitwise the whole head's). Logits outside are -inf, so greedy drafts and sampled drafts (their q is zero
 there, which the exact rejection rule allows) need no other change.
 
-Set per pair in models.toml (`draft_vocab`); CODECUE_DRAFT_VOCAB=0 keeps the whole head (benchmarks compare).
+Which ids: the first N (`draft_vocab_order = "id"`), or the N most frequent in code (`"frequency"`, the default
+pair's): ranked by their counts over the running Python's standard library sources (~2.9 M tokens, ~6 s once per
+tokenizer, cached in $CODECUE_HOME/draft-vocab). Byte-level BPE's id order is its merge order on its own training
+text; counts in code rank code's tokens better: with 16,384 rows the draft model's next token was the target's on
+93.4 % of the bench prompts' tokens against 92.8 % for the first 32,768 ids, and level on holes in Python, C and
+JavaScript (docs/benchmarks.md, thirty-eighth), for half the rows. A gathered head is a copy of those rows
+(~9 MB for the 0.5B), a first-N head a view.
+
+Set per pair in models.toml (`draft_vocab`, `draft_vocab_order`); CODECUE_DRAFT_VOCAB=0 keeps the whole head
+(benchmarks compare).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import sysconfig
+from collections import Counter
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -27,6 +41,7 @@ from .vnni import VnniLinear
 log = logging.getLogger(__name__)
 
 ROWS_MULTIPLE = 16  # the vnni kernel's rows come in blocks of 16: a cut there is a view
+RANKING_TOKENS = 3_000_000  # the standard library holds ~2.9 M tokens: all of it, in a stable file order
 
 
 def wanted(configured: int | None) -> int:
@@ -43,34 +58,43 @@ def wanted(configured: int | None) -> int:
 
 
 class TrimmedHead(nn.Module):
-    """Logits over the whole vocabulary, computed for ids [0, first) and the ids `cover` was given; -inf elsewhere."""
+    """Logits over the whole vocabulary, computed for the kept ids (the first N, or any N ids: `kept`) and the ids
+    `cover` was given; -inf elsewhere."""
 
-    def __init__(self, head: nn.Module, first: int):
+    def __init__(self, head: nn.Module, first: int, kept: list[int] | None = None):
         super().__init__()
-        self.full = head  # every row: for `whole`, and the rows of covered ids are taken from it
-        self.rows = cut_rows(head, first)
-        self.first, self.vocab = first, head.out_features
+        self.full = head  # every row: the rows of covered ids are taken from it
+        self.vocab = head.out_features
+        self.first = first  # how many ids are kept
+        self.prefix = kept is None  # the ids [0, first): a view of the head's first rows
+        self.kept = torch.arange(first) if kept is None else torch.tensor(sorted(kept), dtype=torch.long)
+        self.reached = frozenset(self.kept.tolist())
+        self.rows = cut_rows(head, first) if self.prefix else pick_rows(head, self.kept)
         self.text: list[int] = []  # the tokens last covered
-        self.extra = torch.empty(0, dtype=torch.long)  # their ids past `first`, ascending
+        self.extra = torch.empty(0, dtype=torch.long)  # their ids outside the kept ones, ascending
         self.extra_rows: nn.Module | None = None  # the head's rows that hold them
         self.extra_at = torch.empty(0, dtype=torch.long)  # where each covered id is among extra_rows' outputs
-        self.whole = False  # True: every row, as before the cut (scripts/bench-draft-vocab.py times both in one run)
+        # Another head to compute with for now (the whole one: `full`; or another cut): scripts/bench-draft-vocab.py
+        # times two heads in one run without changing the model's modules.
+        self.instead: nn.Module | None = None
 
     @property
     def out_features(self) -> int:
         return self.vocab
 
     def cover(self, tokens: list[int]) -> None:
-        """Make every id in `tokens` reachable, and only those past `first`. The drafter's text mostly grows between
+        """Make every id in `tokens` reachable, and of those the kept ids leave out only these. The drafter's text mostly grows between
         calls (its prompt, then the accepted tokens): then only the new tokens are read, and the rows are gathered
         again only when an id is new (reading the whole text each draft round cost ~0.13 ms at 3,000 tokens)."""
+        if isinstance(self.instead, TrimmedHead):
+            self.instead.cover(tokens)
         n = len(self.text)
         if len(tokens) >= n and tokens[:n] == self.text:
-            past = {t for t in tokens[n:] if self.first <= t < self.vocab}
+            past = {t for t in tokens[n:] if 0 <= t < self.vocab and t not in self.reached}
             known = set(self.extra.tolist())
             ids = sorted(known | past) if not past <= known else None
         else:
-            ids = sorted({t for t in tokens if self.first <= t < self.vocab})
+            ids = sorted({t for t in tokens if 0 <= t < self.vocab and t not in self.reached})
             ids = ids if ids != self.extra.tolist() else None
         self.text = list(tokens)
         if ids is None:
@@ -79,11 +103,14 @@ class TrimmedHead(nn.Module):
         self.extra_rows, self.extra_at = gather_rows(self.full, self.extra) if ids else (None, self.extra)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if self.whole:
-            return self.full(h)
+        if self.instead is not None:
+            return self.instead(h)
         kept = self.rows(h)
         out = kept.new_full((*kept.shape[:-1], self.vocab), float("-inf"))
-        out[..., :self.first] = kept
+        if self.prefix:
+            out[..., :self.first] = kept
+        else:
+            out[..., self.kept.to(out.device)] = kept
         if self.extra_rows is not None:
             out[..., self.extra.to(out.device)] = self.extra_rows(h)[..., self.extra_at.to(out.device)].to(out.dtype)
         return out
@@ -96,6 +123,35 @@ def cut_rows(head: nn.Module, first: int) -> nn.Module:
     kept = nn.Linear(head.in_features, first, bias=False, device="meta")
     kept.weight = nn.Parameter(head.weight[:first], requires_grad=False)
     return kept
+
+
+def pick_rows(head: nn.Module, ids: torch.Tensor) -> nn.Module:
+    """The head's rows `ids` (a multiple of 16 of them for a vnni head), in that order, as a module of the same kind:
+    a copy. A vnni head's rows are regrouped into new blocks of 16 byte for byte (a row's 4 or 8 bits and its
+    scales): the kernel computes each row from its own bytes alone, so every logit is bitwise the whole head's."""
+    if isinstance(head, VnniLinear):
+        if len(ids) % ROWS_MULTIPLE:
+            raise ValueError(f"a vnni head's rows are picked in blocks of {ROWS_MULTIPLE}, not {len(ids)}")
+        block, channel = ids // ROWS_MULTIPLE, ids % ROWS_MULTIPLE
+        blocks = len(ids) // ROWS_MULTIPLE
+        # packed [blocks, steps, 64]: byte 4c + j of each step belongs to channel c
+        lanes = head.packed.view(head.packed.shape[0], head.packed.shape[1], ROWS_MULTIPLE, 4)[block, :, channel]
+        packed = lanes.view(blocks, ROWS_MULTIPLE, *lanes.shape[1:]).transpose(1, 2).reshape(
+            blocks, head.packed.shape[1], 64).contiguous()
+
+        def regroup(scales: torch.Tensor) -> torch.Tensor:  # [blocks, 16] or [blocks, groups, 16]
+            if scales.dim() == 2:
+                return scales[block, channel].view(blocks, ROWS_MULTIPLE).contiguous()
+            picked = scales[block, :, channel]  # [rows, groups]
+            return picked.view(blocks, ROWS_MULTIPLE, -1).transpose(1, 2).contiguous()
+
+        part = VnniLinear(packed, regroup(head.d), regroup(head.m), head.bits, head.group, len(ids),
+                          head.in_features, None, torch.float32)
+        part.use_simd = head.use_simd
+        return part
+    rows = nn.Linear(head.in_features, len(ids), bias=False, device="meta")
+    rows.weight = nn.Parameter(head.weight.detach()[ids], requires_grad=False)
+    return rows
 
 
 def gather_rows(head: nn.Module, ids: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
@@ -118,9 +174,10 @@ def vnni_blocks(head, blocks, rows: int):
     return part
 
 
-def trim(model: nn.Module, first: int) -> bool:
-    """Give a draft model a TrimmedHead over ids [0, first) (rounded down to 16); False, with a log line, where its
-    head is of another kind, has a bias (output heads here have none), or is no larger than that."""
+def trim(model: nn.Module, first: int, order: list[int] | None = None) -> bool:
+    """Give a draft model a TrimmedHead over `first` ids (rounded down to 16): the first ones, or the first of
+    `order` (ids, most wanted first: frequency_order); False, with a log line, where its head is of another kind, has
+    a bias (output heads here have none), or is no larger than that."""
     head = getattr(model, "lm_head", None)
     first -= first % ROWS_MULTIPLE
     if isinstance(head, TrimmedHead) or first <= 0:
@@ -129,8 +186,50 @@ def trim(model: nn.Module, first: int) -> bool:
             or head.out_features <= first):
         log.info("draft head not trimmed (%s, %s rows)", type(head).__name__, getattr(head, "out_features", "?"))
         return False
-    model.lm_head = TrimmedHead(head, first)
+    kept = None
+    if order is not None:
+        kept = [t for t in dict.fromkeys(order) if 0 <= t < head.out_features][:first]
+        chosen = set(kept)
+        kept += [t for t in range(head.out_features) if t not in chosen][:first - len(kept)]  # a short ranking: by id
+    model.lm_head = TrimmedHead(head, first, kept)
     return True
+
+
+def frequency_order(tokenizer, home: Path, corpus: Path | None = None, limit: int = RANKING_TOKENS) -> list[int]:
+    """Token ids by their count in code, most frequent first (ids never seen are left out): the Python sources of
+    `corpus` (default: this interpreter's standard library), file by file in sorted order, up to `limit` tokens.
+    Cached under home/draft-vocab, keyed by the tokenizer's vocabulary, the corpus and the limit."""
+    corpus = Path(corpus or sysconfig.get_paths()["stdlib"])
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    key = hashlib.sha256(f"{vocab}\0{corpus.resolve()}\0{limit}".encode()).hexdigest()[:16]
+    cached = home / "draft-vocab" / f"frequency-{key}.json"
+    try:
+        return json.loads(cached.read_text())["ids"]
+    except (OSError, ValueError, KeyError):
+        pass
+    counts: Counter[int] = Counter()
+    seen = 0
+    paths = sorted(corpus.rglob("*.py"))
+    for start in range(0, len(paths), 64):
+        if seen >= limit:
+            break
+        texts = []
+        for path in paths[start:start + 64]:
+            try:
+                texts.append(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                continue
+        for ids in encode_all(tokenizer, texts):
+            if seen >= limit:
+                break
+            counts.update(ids)
+            seen += len(ids)
+    ids = [t for t, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps({"corpus": str(corpus), "tokens": seen, "ids": ids}))
+    partial.replace(cached)  # whole or absent: another process may be reading it
+    return ids
 
 
 def cover(model: nn.Module, tokens: list[int]) -> None:
@@ -140,7 +239,20 @@ def cover(model: nn.Module, tokens: list[int]) -> None:
         head.cover(tokens)
 
 
+def encode_all(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens; a fast tokenizer's Rust side encodes them in parallel (and without
+    transformers' warning about texts longer than the model's context)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
 def describe(model) -> str:
     """For `codecue-lsp --check`: how much of the vocabulary the draft model's head covers."""
     head = getattr(model, "lm_head", None)
-    return f", head over ids < {head.first:,} and the text's" if isinstance(head, TrimmedHead) else ""
+    if not isinstance(head, TrimmedHead):
+        return ""
+    if head.prefix:
+        return f", head over ids < {head.first:,} and the text's"
+    return f", head over the {head.first:,} most frequent ids in code and the text's"

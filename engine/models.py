@@ -84,9 +84,11 @@ class PairSpec:
     # Compiled static steps (engine/compiled.py); None: on a GPU only (CUDA graphs: a one-token pass of the 1.5B
     # 16.4 -> 3.3 ms on an H200), env CODECUE_COMPILE=0/1 overrides.
     compile: bool | None = None
-    # The draft model's output head over token ids [0, draft_vocab) and the ids of the text it has seen
-    # (engine/draft_vocab.py); 0: the whole head.
+    # The draft model's output head over draft_vocab token ids and the ids of the text it has seen
+    # (engine/draft_vocab.py); 0: the whole head. Which ids: the first ones ("id") or the most frequent in code
+    # ("frequency").
     draft_vocab: int = 0
+    draft_vocab_order: str = "id"
 
 
 @dataclass
@@ -159,8 +161,18 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             activations=p.get("activations", "auto"),
             compile=None if p.get("compile") is None else bool(p["compile"]),
             draft_vocab=int(p.get("draft_vocab", 0)),
+            draft_vocab_order=draft_vocab_order_of(p.get("draft_vocab_order")),
         )
     return config
+
+
+def draft_vocab_order_of(value) -> str:
+    """models.toml's `draft_vocab_order`: "id" (the default) or "frequency" (engine/draft_vocab.py)."""
+    order = "id" if value is None else str(value).strip().lower()
+    if order not in ("id", "frequency"):
+        raise ModelsError(f"draft_vocab_order = {value!r}: give \"id\" (the first ids) or \"frequency\" "
+                          "(the ids most frequent in code)")
+    return order
 
 
 def local_path(value: str | None, base: Path) -> Path | None:
@@ -411,7 +423,10 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
     if draft is not None and not compiled and hasattr(draft, "lm_head"):
         from . import draft_vocab
 
-        draft_vocab.trim(draft, draft_vocab.wanted(spec.draft_vocab))  # a compiled step keeps the head it captured
+        rows = draft_vocab.wanted(spec.draft_vocab)  # a compiled step keeps the head it captured
+        order = (draft_vocab.frequency_order(tokenizer, home or codecue_home())
+                 if rows and spec.draft_vocab_order == "frequency" else None)
+        draft_vocab.trim(draft, rows, order)
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
                       target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
                       draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice, compiled=compiled)

@@ -7,19 +7,25 @@ import pytest
 import torch
 
 from engine import CompletionRequest, Engine
-from engine.draft_vocab import TrimmedHead, cover, describe, trim, wanted
+from engine import draft_vocab
+from engine.draft_vocab import TrimmedHead, cover, describe, frequency_order, pick_rows, trim, wanted
 from engine.drafters import ModelDrafter
 from engine.kvcache import TrackedCache
 from engine.vnni import VnniLinear, available
-from engine_helpers import random_prompt, reference_greedy, tiny_model, tiny_pair
+from engine.models import ModelsError, load_config
+from engine_helpers import random_prompt, reference_greedy, tiny_model, tiny_pair, tiny_tokenizer
 
 FIRST = 128  # of the tiny tokenizer's 384 ids
 
 
-def trimmed_copy(model, first: int = FIRST):
+def trimmed_copy(model, first: int = FIRST, order: list[int] | None = None):
     model = copy.deepcopy(model).requires_grad_(False)
-    assert trim(model, first)
+    assert trim(model, first, order)
     return model
+
+
+# A ranking as frequency_order gives one: the tiny vocabulary's ids in a scrambled order.
+RANKING = torch.randperm(384, generator=torch.Generator().manual_seed(4)).tolist()
 
 
 @pytest.mark.parametrize("tokens, extra", [
@@ -122,18 +128,20 @@ def engine_with_draft(draft) -> Engine:
     return Engine(dataclasses.replace(tiny_pair("random"), draft=draft))
 
 
-@pytest.mark.parametrize("first", [64, FIRST])
-def test_speculation_with_a_trimmed_draft_head_equals_target_alone(first):
+@pytest.mark.parametrize("first, order", [(64, None), (FIRST, None), (64, RANKING), (FIRST, RANKING)])
+def test_speculation_with_a_trimmed_draft_head_equals_target_alone(first, order):
     """The draft model is the target itself with its head cut: where the target's next token lies past the cut and
     not in the text, the draft cannot propose it and is rejected; the output is target alone's all the same."""
     target = tiny_model(2, 0)
-    engine = engine_with_draft(trimmed_copy(target, first))
+    engine = engine_with_draft(trimmed_copy(target, first, order))
+    accepted = 0
     for seed in range(1, 6):
         prompt = random_prompt(seed, repeat=True)
         result = engine.complete(CompletionRequest(prompt, 24, drafter="draft", max_draft_tokens=4,
                                                    adaptive_k=False))
         assert result.token_ids == reference_greedy(target, prompt, 24)
-        assert result.stats.accepted > 0
+        accepted += result.stats.accepted
+    assert accepted > 0
 
 
 def next_token(model, prompt: list[int]) -> int:
@@ -182,3 +190,111 @@ def test_sampled_drafts_from_a_trimmed_head_put_no_weight_past_it():
 def test_the_check_line_says_how_much_of_the_vocabulary_the_head_covers():
     assert describe(trimmed_copy(tiny_model(1, 1))) == ", head over ids < 128 and the text's"
     assert describe(tiny_model(1, 1)) == "" and describe(None) == ""
+
+
+@pytest.mark.skipif(not available(), reason="the vnni kernel does not build here")
+@pytest.mark.parametrize("bits", [4, 8])
+def test_picked_vnni_rows_are_bitwise_the_whole_heads_in_the_order_asked(bits):
+    weight = torch.randn(96, 64, generator=torch.Generator().manual_seed(2))
+    make = VnniLinear.from_dense_int4 if bits == 4 else VnniLinear.from_dense_int8
+    head = make(weight, None, torch.float32)
+    ids = torch.tensor([95, 0, 17, 16, 33, 40, 41, 2, 64, 80, 81, 94, 5, 6, 50, 31])  # across blocks, any order
+    part = pick_rows(head, ids)
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        assert torch.equal(part(h), head(h)[:, ids])
+    with pytest.raises(ValueError, match="blocks of 16"):
+        pick_rows(head, ids[:15])
+
+
+@pytest.mark.skipif(not available(), reason="the vnni kernel does not build here")
+def test_a_head_over_ranked_ids_has_their_logits_and_the_texts_bitwise_and_minus_inf_elsewhere():
+    model = copy.deepcopy(tiny_model(1, 1)).requires_grad_(False)
+    model.lm_head = VnniLinear.from_dense_int4(model.lm_head.weight.detach(), None, torch.float32)
+    whole = model.lm_head
+    assert trim(model, 64, RANKING)
+    head = model.lm_head
+    kept = set(RANKING[:64])
+    assert not head.prefix and set(head.kept.tolist()) == kept
+    outside = [t for t in range(384) if t not in kept]
+    text = [RANKING[0], outside[0], outside[-1], outside[0]]
+    head.cover(text)
+    assert head.extra.tolist() == sorted({outside[0], outside[-1]})  # only the text's ids the ranking left out
+    reached = torch.zeros(384, dtype=torch.bool)
+    reached[list(kept | {outside[0], outside[-1]})] = True
+    h = torch.randn(2, model.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        cut, full = head(h), whole(h)
+    assert torch.equal(cut[:, reached], full[:, reached])
+    assert torch.isneginf(cut[:, ~reached]).all()
+    head.instead = whole  # the bench's stand-in: every row again
+    with torch.inference_mode():
+        assert torch.equal(head(h), full)
+
+
+def test_a_ranking_keeps_its_first_ids_once_and_a_short_one_is_filled_by_id():
+    order = [300, 5, 300, 9999, -3, 7] + list(range(200, 260))  # a repeat and ids outside the vocabulary
+    head = trimmed_copy(tiny_model(1, 1), 64, order).lm_head
+    assert head.kept.tolist() == sorted([0, 5, 7, 300] + list(range(200, 260)))  # 63 ranked, then id 0
+    short = trimmed_copy(tiny_model(1, 1), 32, [383, 382]).lm_head
+    assert short.kept.tolist() == list(range(30)) + [382, 383]
+    assert describe(trimmed_copy(tiny_model(1, 1), 64, order)) == (
+        ", head over the 64 most frequent ids in code and the text's")
+
+
+def test_frequency_order_counts_the_corpus_ties_by_id_and_is_cached(tmp_path, monkeypatch):
+    tokenizer = tiny_tokenizer()
+    corpus = tmp_path / "lib"
+    (corpus / "pkg").mkdir(parents=True)
+    (corpus / "a.py").write_text("def f(x):\n    return x + x\n")
+    (corpus / "pkg" / "b.py").write_text("x = f(x)\n")
+    (corpus / "notes.txt").write_text("not python " * 50)  # not a .py file: not counted
+    counts = {}
+    for name in ("a.py", "pkg/b.py"):
+        for t in tokenizer((corpus / name).read_text(), add_special_tokens=False)["input_ids"]:
+            counts[t] = counts.get(t, 0) + 1
+    expected = sorted(counts, key=lambda t: (-counts[t], t))
+    home = tmp_path / "home"
+    assert frequency_order(tokenizer, home, corpus) == expected
+    assert list((home / "draft-vocab").glob("frequency-*.json"))
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("the cached ranking should be read, not counted again")
+
+    monkeypatch.setattr(draft_vocab, "encode_all", no_encoding)
+    assert frequency_order(tokenizer, home, corpus) == expected
+    with pytest.raises(AssertionError):
+        frequency_order(tokenizer, home, corpus, limit=3)  # another limit: another ranking
+
+
+def test_frequency_order_stops_after_the_limit(tmp_path):
+    tokenizer = tiny_tokenizer()
+    corpus = tmp_path / "lib"
+    corpus.mkdir()
+    (corpus / "a.py").write_text("aaaa")
+    (corpus / "b.py").write_text("zzzz zzzz zzzz")
+    first_file = set(tokenizer("aaaa", add_special_tokens=False)["input_ids"])
+    ranked = frequency_order(tokenizer, tmp_path / "home", corpus, limit=1)
+    assert set(ranked) == first_file  # b.py, past the limit, is not read
+
+
+@pytest.mark.parametrize("line, order", [("", "id"), ('draft_vocab_order = "frequency"', "frequency"),
+                                         ('draft_vocab_order = "ID"', "id")])
+def test_models_toml_says_which_ids_the_head_keeps(tmp_path, line, order):
+    assert load_config(models_file(tmp_path, line)).pairs["default"].draft_vocab_order == order
+
+
+def test_an_unknown_order_says_what_it_wants(tmp_path):
+    with pytest.raises(ModelsError, match="frequency"):
+        load_config(models_file(tmp_path, 'draft_vocab_order = "alphabetical"'))
+
+
+def models_file(tmp_path, line: str):
+    """The repository's models.toml with the default pair's `draft_vocab_order` line replaced by `line`."""
+    from engine.models import REPO_MODELS_TOML
+
+    kept = [old for old in REPO_MODELS_TOML.read_text().splitlines() if not old.startswith("draft_vocab_order")]
+    at = next(i for i, old in enumerate(kept) if old.startswith("draft_vocab ="))
+    path = tmp_path / "models.toml"
+    path.write_text("\n".join(kept[:at + 1] + [line] + kept[at + 1:]) + "\n")
+    return path
