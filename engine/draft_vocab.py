@@ -83,9 +83,10 @@ class TrimmedHead(nn.Module):
         return self.vocab
 
     def cover(self, tokens: list[int]) -> None:
-        """Make every id in `tokens` reachable, and of those the kept ids leave out only these. The drafter's text mostly grows between
-        calls (its prompt, then the accepted tokens): then only the new tokens are read, and the rows are gathered
-        again only when an id is new (reading the whole text each draft round cost ~0.13 ms at 3,000 tokens)."""
+        """Make every id in `tokens` reachable, and of the ids the kept ones leave out only those. The drafter's text
+        mostly grows between calls (its prompt, then the accepted tokens): then only the new tokens are read, and the
+        rows are gathered again only when an id is new (reading the whole text each draft round cost ~0.13 ms at 3,000
+        tokens)."""
         if isinstance(self.instead, TrimmedHead):
             self.instead.cover(tokens)
         n = len(self.text)
@@ -145,10 +146,7 @@ def pick_rows(head: nn.Module, ids: torch.Tensor) -> nn.Module:
             picked = scales[block, :, channel]  # [rows, groups]
             return picked.view(blocks, ROWS_MULTIPLE, -1).transpose(1, 2).contiguous()
 
-        part = VnniLinear(packed, regroup(head.d), regroup(head.m), head.bits, head.group, len(ids),
-                          head.in_features, None, torch.float32)
-        part.use_simd = head.use_simd
-        return part
+        return vnni_like(head, packed, regroup(head.d), regroup(head.m), len(ids))
     rows = nn.Linear(head.in_features, len(ids), bias=False, device="meta")
     rows.weight = nn.Parameter(head.weight.detach()[ids], requires_grad=False)
     return rows
@@ -161,15 +159,17 @@ def gather_rows(head: nn.Module, ids: torch.Tensor) -> tuple[nn.Module, torch.Te
         blocks = torch.unique(ids // ROWS_MULTIPLE)
         at = torch.searchsorted(blocks, ids // ROWS_MULTIPLE) * ROWS_MULTIPLE + ids % ROWS_MULTIPLE
         return vnni_blocks(head, blocks, len(blocks) * ROWS_MULTIPLE), at
-    rows = nn.Linear(head.in_features, len(ids), bias=False, device="meta")
-    rows.weight = nn.Parameter(head.weight.detach()[ids], requires_grad=False)
-    return rows, torch.arange(len(ids))
+    return pick_rows(head, ids), torch.arange(len(ids))
 
 
 def vnni_blocks(head, blocks, rows: int):
     """A VnniLinear over some of `head`'s blocks of 16 rows (a slice: views; a list of blocks: a copy)."""
-    part = VnniLinear(head.packed[blocks], head.d[blocks], head.m[blocks], head.bits, head.group, rows,
-                      head.in_features, None, torch.float32)
+    return vnni_like(head, head.packed[blocks], head.d[blocks], head.m[blocks], rows)
+
+
+def vnni_like(head, packed, d, m, rows: int) -> VnniLinear:
+    """A VnniLinear of `head`'s kind (bits, group, vector path) over these weights and scales."""
+    part = VnniLinear(packed, d, m, head.bits, head.group, rows, head.in_features, None, torch.float32)
     part.use_simd = head.use_simd
     return part
 
@@ -186,13 +186,17 @@ def trim(model: nn.Module, first: int, order: list[int] | None = None) -> bool:
             or head.out_features <= first):
         log.info("draft head not trimmed (%s, %s rows)", type(head).__name__, getattr(head, "out_features", "?"))
         return False
-    kept = None
-    if order is not None:
-        kept = [t for t in dict.fromkeys(order) if 0 <= t < head.out_features][:first]
-        chosen = set(kept)
-        kept += [t for t in range(head.out_features) if t not in chosen][:first - len(kept)]  # a short ranking: by id
-    model.lm_head = TrimmedHead(head, first, kept)
+    model.lm_head = TrimmedHead(head, first, None if order is None else kept_ids(order, first, head.out_features))
     return True
+
+
+def kept_ids(order: list[int], first: int, vocab: int) -> list[int]:
+    """The first `first` distinct ids of `order` inside the vocabulary; a ranking too short is filled up by id."""
+    kept = [t for t in dict.fromkeys(order) if 0 <= t < vocab][:first]
+    if len(kept) < first:
+        chosen = set(kept)
+        kept += [t for t in range(vocab) if t not in chosen][:first - len(kept)]
+    return kept
 
 
 def frequency_order(tokenizer, home: Path, corpus: Path | None = None, limit: int = RANKING_TOKENS) -> list[int]:
@@ -200,8 +204,7 @@ def frequency_order(tokenizer, home: Path, corpus: Path | None = None, limit: in
     `corpus` (default: this interpreter's standard library), file by file in sorted order, up to `limit` tokens.
     Cached under home/draft-vocab, keyed by the tokenizer's vocabulary, the corpus and the limit."""
     corpus = Path(corpus or sysconfig.get_paths()["stdlib"])
-    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
-    key = hashlib.sha256(f"{vocab}\0{corpus.resolve()}\0{limit}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{tokenizer_text(tokenizer)}\0{corpus.resolve()}\0{limit}".encode()).hexdigest()[:16]
     cached = home / "draft-vocab" / f"frequency-{key}.json"
     try:
         return json.loads(cached.read_text())["ids"]
@@ -237,6 +240,15 @@ def cover(model: nn.Module, tokens: list[int]) -> None:
     head = getattr(model, "lm_head", None)
     if isinstance(head, TrimmedHead):
         head.cover(tokens)
+
+
+def tokenizer_text(tokenizer) -> str:
+    """What identifies a tokenizer: a fast one's own serialisation (vocabulary, merges, normalisation; ~0.1 s for
+    Qwen's, where sorting and dumping its vocabulary took ~0.5 s at every load), else its vocabulary."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend.to_str()
+    return json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
 
 
 def encode_all(tokenizer, texts: list[str]) -> list[list[int]]:

@@ -30,11 +30,11 @@ def head_named(spec: str, now: TrimmedHead, tokenizer):
     order, _, rows = spec.partition(":")
     if order not in ("id", "frequency") or not rows.isdigit():
         raise SystemExit(f"--before {spec!r}: whole, id:N or frequency:N")
-    ranking = draft_vocab.frequency_order(tokenizer, codecue_home()) if order == "frequency" else None
-    holder = type("Holder", (), {})()
-    holder.lm_head = now.full
-    draft_vocab.trim(holder, int(rows), ranking)
-    return holder.lm_head
+    first = int(rows) - int(rows) % draft_vocab.ROWS_MULTIPLE
+    if order == "id":
+        return TrimmedHead(now.full, first)
+    ranking = draft_vocab.frequency_order(tokenizer, codecue_home())
+    return TrimmedHead(now.full, first, draft_vocab.kept_ids(ranking, first, now.vocab))
 
 
 def with_head(spec: str):
@@ -42,7 +42,8 @@ def with_head(spec: str):
         draft = engine.pair.draft
         now = draft.lm_head
         if not isinstance(now, TrimmedHead):
-            raise SystemExit("the default pair's draft head is not cut (draft_vocab in models.toml, CODECUE_DRAFT_VOCAB)")
+            raise SystemExit("the default pair's draft head is not cut "
+                             "(draft_vocab in models.toml, CODECUE_DRAFT_VOCAB)")
         before = head_named(spec, now, engine.pair.tokenizer)
         print(f"before: {spec}; now:{draft_vocab.describe(draft)}")
         complete = engine.complete
