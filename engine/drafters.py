@@ -22,7 +22,7 @@ import torch
 from . import draft_vocab
 from .interrupt import PassCancelled
 from .kvcache import PREFILL_CHUNK, TrackedCache, cache_for
-from .sampling import sample, warp
+from .sampling import first_argmax, sample, warp
 
 MATCH_CAP = 32  # the longest match worth measuring: past a line or two it says no more
 
@@ -229,8 +229,12 @@ class ModelDrafter:
             probs = warp(logits, self.temperature, self.top_p)
             token = sample(probs, self.generator)
             return token, probs, float(probs[token])
-        token = int(torch.argmax(logits))
-        return token, None, float(torch.softmax(logits, dim=-1)[token])
+        ids = draft_vocab.reach(self.model)
+        if ids is not None:  # a trimmed head: every other logit is -inf (argmax and softmax over 151,936 ~0.35 ms)
+            logits = logits[ids.to(logits.device)]
+        best = first_argmax(logits)[0]
+        token = best if ids is None else int(ids[best])
+        return token, None, float(torch.softmax(logits, dim=-1)[best])
 
 
 def extension_wanted() -> bool:

@@ -209,8 +209,8 @@ class KernelOps(TorchOps):
         k_buf, v_buf = cache_layer.reserve(end, like)
         q = self.kernels.rope_into_cache(qkv, pass_.cos, pass_.sin, k_buf, v_buf, pass_.start, self.heads,
                                          self.kv_heads)
-        keys, values = cache_layer.commit(end)
-        return q, keys, values
+        cache_layer.commit(end)
+        return q, cache_layer.keys, cache_layer.values
 
     def attend(self, q, keys, values, mask):
         return self.kernels.decode_attention(q, keys, values, self.scaling)

@@ -28,9 +28,28 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+# torch.argmax walks a row one lane at a time (~175 us over 151,936 logits on a Zen 3, a few % of a draft step, per
+# row of a verify pass), its amax is vectorised (~13 us): so the max of each of this many chunks, then the first chunk
+# that holds the row's max, then the first index within it.
+ARGMAX_CHUNKS = 64
+
+
+def first_argmax(logits: torch.Tensor) -> list[int]:
+    """torch.argmax(logits, dim=-1) for each row, as a list: the first index of the largest value (of the first
+    NaN where there is one), whatever the row's width."""
+    width = logits.shape[-1]
+    rows = logits.reshape(-1, width)
+    if width % ARGMAX_CHUNKS or width < 4 * ARGMAX_CHUNKS:
+        return torch.argmax(rows, dim=-1).tolist()
+    chunks = rows.view(rows.shape[0], ARGMAX_CHUNKS, width // ARGMAX_CHUNKS)
+    first_chunk = torch.argmax(chunks.amax(dim=-1), dim=-1)
+    within = torch.argmax(chunks[torch.arange(rows.shape[0]), first_chunk], dim=-1)
+    return (first_chunk * (width // ARGMAX_CHUNKS) + within).tolist()
+
+
 def accept_greedy(target_logits: torch.Tensor, drafted: list[int]) -> tuple[int, int]:
     """Keep drafts while they equal the target's argmax; the output is exactly target-alone greedy."""
-    choices = torch.argmax(target_logits, dim=-1).tolist()
+    choices = first_argmax(target_logits)
     n = 0
     while n < len(drafted) and drafted[n] == choices[n]:
         n += 1

@@ -298,3 +298,25 @@ def models_file(tmp_path, line: str):
     path = tmp_path / "models.toml"
     path.write_text("\n".join(kept[:at + 1] + [line] + kept[at + 1:]) + "\n")
     return path
+
+
+@pytest.mark.parametrize("order", [None, RANKING])
+def test_the_drafter_picks_among_the_reached_ids_what_it_would_pick_over_the_whole_row(order):
+    """reach: every id with a logit, ascending; the greedy pick among them alone (a tenth of the work) is the
+    argmax over the whole row, and its confidence the whole row's softmax there."""
+    model = trimmed_copy(tiny_model(1, 1), 64, order)
+    head = model.lm_head
+    drafter = ModelDrafter(model, TrackedCache(model), min_confidence=0.0)
+    for seed in range(12):
+        prompt = random_prompt(seed, length=24)
+        cover(model, prompt)
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+        finite = torch.nonzero(~torch.isneginf(logits)).flatten()
+        assert torch.equal(draft_vocab.reach(model), finite)
+        assert draft_vocab.reach(model).tolist() == sorted(set(head.kept.tolist()) | set(head.extra.tolist()))
+        token, probs, confidence = drafter._pick(logits)
+        assert token == int(torch.argmax(logits)) and probs is None
+        assert confidence == pytest.approx(float(torch.softmax(logits, dim=-1)[token]), rel=1e-5)
+    head.instead = head.full  # the bench's stand-in computes every row: no reach to pick among
+    assert draft_vocab.reach(model) is None and draft_vocab.reach(tiny_model(1, 1)) is None

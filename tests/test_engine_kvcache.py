@@ -48,3 +48,25 @@ def test_a_model_computes_the_same_logits_on_either_cache():
             growing.truncate(281)
             plain.truncate(281)
     assert isinstance(new_dynamic_cache(model.config).layers[0], GrowingLayer)
+
+
+def test_keys_and_values_follow_the_length_when_a_pass_writes_the_buffers_itself():
+    """The native layers reserve room, write their rows into the buffers and commit the length without reading
+    keys/values (engine/lean_step.py); the views made when read must show exactly the committed rows, also after
+    the buffers grow, a crop, and transformers' reset."""
+    layer, like = GrowingLayer(), torch.zeros(1, 2, 3, 8)
+    k_buf, v_buf = layer.reserve(3, like)
+    k_buf[..., :3, :], v_buf[..., :3, :] = 1.0, 2.0
+    layer.commit(3)
+    assert layer.keys.shape[-2] == 3 and (layer.keys == 1).all() and (layer.values == 2).all()
+    k_buf, v_buf = layer.reserve(400, like)  # past the first 256: new, larger buffers holding the 3 rows
+    k_buf[..., 3:400, :], v_buf[..., 3:400, :] = 3.0, 4.0
+    layer.commit(400)
+    assert layer.keys.data_ptr() == k_buf.data_ptr() and layer.values.data_ptr() == v_buf.data_ptr()
+    assert layer.keys.shape[-2] == 400 and (layer.keys[..., :3, :] == 1).all() and (layer.values[..., 3:, :] == 4).all()
+    layer.crop(-390)
+    assert layer.get_seq_length() == 10 and layer.values.shape[-2] == 10
+    layer.reset()
+    assert layer.keys is None and layer.values is None and not layer.is_initialized
+    got = layer.update(torch.ones(1, 2, 2, 8), torch.ones(1, 2, 2, 8))
+    assert all(t.shape[-2] == 2 for t in got) and layer.get_seq_length() == 2

@@ -13,7 +13,7 @@ import engine.speculative as speculative
 from engine import CompletionRequest
 from engine.drafters import LookupDrafter, ModelDrafter
 from engine.kvcache import TrackedCache
-from engine.sampling import sample, warp
+from engine.sampling import first_argmax, sample, warp
 from engine.speculative import SpeculationController, generate
 from engine.testing import build_tiny_model
 
@@ -138,3 +138,34 @@ def test_a_draft_with_a_narrower_output_layer_is_padded_to_the_target():
     q[0] = 1.0
     n, token = accept_sampled(target_logits, [0], [q], 1.0, 1.0, torch.Generator().manual_seed(0))
     assert (n, token) == (0, 9)
+
+
+def _row(width: int, **at) -> torch.Tensor:
+    row = torch.randn(width, generator=torch.Generator().manual_seed(width))
+    for index, value in at.items():
+        row[int(index[1:])] = value
+    return row
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("row", [
+    _row(151_936),
+    _row(151_936, i5000=50.0, i90000=50.0),  # a tie far apart: the first
+    _row(151_936, i2373=9.0, i2374=9.0),  # a tie across two chunks' edge
+    _row(151_936, i100=9.0, i101=9.0),  # a tie inside one chunk
+    _row(151_936, i151935=60.0),  # the last index
+    _row(151_936, i700=NAN, i100000=NAN, i5=INF),  # NaN wins, the first one
+    _row(151_936, i3=INF, i77777=INF),
+    torch.full((151_936,), -INF),  # nothing finite: index 0, as torch says
+    _row(152_064, i152063=70.0),  # another family's width
+    _row(1_000, i999=5.0),  # not a multiple of the chunks: torch's own argmax
+    _row(64, i1=5.0),
+])
+def test_first_argmax_is_torch_argmax(row):
+    assert first_argmax(row) == [int(torch.argmax(row))]
+    rows = torch.stack([row, row.flip(0), row.roll(1)])
+    assert first_argmax(rows) == torch.argmax(rows, dim=-1).tolist()
+    assert first_argmax(rows.to(torch.bfloat16)) == torch.argmax(rows.to(torch.bfloat16), dim=-1).tolist()
+    assert first_argmax(rows[None]) == torch.argmax(rows, dim=-1).tolist()  # [1, rows, width]: one per row
