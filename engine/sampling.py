@@ -43,7 +43,7 @@ def first_argmax(logits: torch.Tensor) -> list[int]:
         return torch.argmax(rows, dim=-1).tolist()
     chunks = rows.view(rows.shape[0], ARGMAX_CHUNKS, width // ARGMAX_CHUNKS)
     first_chunk = torch.argmax(chunks.amax(dim=-1), dim=-1)
-    within = torch.argmax(chunks[torch.arange(rows.shape[0]), first_chunk], dim=-1)
+    within = torch.argmax(chunks[torch.arange(rows.shape[0], device=rows.device), first_chunk], dim=-1)
     return (first_chunk * (width // ARGMAX_CHUNKS) + within).tolist()
 
 
