@@ -10,6 +10,7 @@ from engine import CompletionRequest, Engine
 from engine import draft_vocab
 from engine.draft_vocab import TrimmedHead, cover, describe, frequency_order, pick_rows, trim, wanted
 from engine.drafters import ModelDrafter
+from engine.sampling import warp
 from engine.kvcache import TrackedCache
 from engine.vnni import VnniLinear, available
 from engine.models import ModelsError, load_config
@@ -315,8 +316,32 @@ def test_the_drafter_picks_among_the_reached_ids_what_it_would_pick_over_the_who
         finite = torch.nonzero(~torch.isneginf(logits)).flatten()
         assert torch.equal(draft_vocab.reach(model), finite)
         assert draft_vocab.reach(model).tolist() == sorted(set(head.kept.tolist()) | set(head.extra.tolist()))
-        token, probs, confidence = drafter._pick(logits)
-        assert token == int(torch.argmax(logits)) and probs is None
-        assert confidence == pytest.approx(float(torch.softmax(logits, dim=-1)[token]), rel=1e-5)
+        with draft_vocab.reached_logits(model) as ids:
+            with torch.inference_mode():
+                compact = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+        assert not head.compact and torch.equal(ids, finite) and torch.equal(compact, logits[ids])
+        for row, row_ids in ((logits, None), (compact, ids)):
+            token, probs, confidence = drafter._pick(row, row_ids)
+            assert token == int(torch.argmax(logits)) and probs is None
+            assert confidence == pytest.approx(float(torch.softmax(logits, dim=-1)[token]), rel=1e-5)
     head.instead = head.full  # the bench's stand-in computes every row: no reach to pick among
     assert draft_vocab.reach(model) is None and draft_vocab.reach(tiny_model(1, 1)) is None
+    with draft_vocab.reached_logits(model) as ids, torch.inference_mode():
+        assert ids is None and model(input_ids=torch.tensor([prompt])).logits.shape[-1] == 384
+
+
+def test_a_sampled_pick_among_the_reached_ids_is_a_distribution_over_the_whole_vocabulary():
+    model = trimmed_copy(tiny_model(1, 1), 64, RANKING)
+    prompt = random_prompt(2, length=24)
+    cover(model, prompt)
+    drafter = ModelDrafter(model, TrackedCache(model), temperature=0.7, top_p=0.9,
+                           generator=torch.Generator().manual_seed(1), min_confidence=0.0)
+    with draft_vocab.reached_logits(model) as ids, torch.inference_mode():
+        compact = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    want = warp(logits, 0.7, 0.9)
+    for _ in range(20):
+        token, probs, p = drafter._pick(compact, ids)
+        assert probs.shape == (384,) and torch.allclose(probs, want, atol=1e-6)
+        assert p == float(probs[token]) > 0 and token in ids.tolist()
