@@ -8,9 +8,9 @@ Zen 3, and the draft model's next token is the target's 92.8 % of the time on th
 87.5 % instead of 87.7 % on holes in this repository's code (docs/benchmarks.md, thirty-seventh). The drafter only
 proposes, the target verifies every token, so a token outside the head's rows costs a rejected draft, never a wrong
 output. The head's rows are the first N (a view of the weights, nothing copied); the ids of the session's text
-outside them are computed from the head's own rows (the kernel's blocks of 16 that hold them: a few thousand rows, their
-logits bitwise the whole head's). Logits outside are -inf, so greedy drafts and sampled drafts (their q is zero
-there, which the exact rejection rule allows) need no other change.
+outside them are computed from the head's own rows, copied into blocks of their own (their logits bitwise the whole
+head's). Logits outside are -inf, so greedy drafts and sampled drafts (their q is zero there, which the exact
+rejection rule allows) need no other change; the drafter reads only the logits the head computes (`reached_logits`).
 
 Which ids: the first N (`draft_vocab_order = "id"`), or the N most frequent in code (`"frequency"`, the default
 pair's): ranked by their counts over the running Python's standard library sources (~2.9 M tokens, ~6 s once per
@@ -61,7 +61,8 @@ def wanted(configured: int | None) -> int:
 class TrimmedHead(nn.Module):
     """Logits over the whole vocabulary, computed for the kept ids (the first N, or any N ids: `kept`) and the ids
     `cover` was given; -inf elsewhere. While `compact` is set (`reached_logits`), only the logits of `reach`, in its
-    order: the drafter picks among them, and filling and scattering into a 151,936-wide row cost ~0.25 ms a step."""
+    order: the drafter picks among them (filling and scattering a 151,936-wide row made a draft step ~0.14 ms
+    dearer on the Zen 3)."""
 
     def __init__(self, head: nn.Module, first: int, kept: list[int] | None = None):
         super().__init__()
@@ -114,7 +115,7 @@ class TrimmedHead(nn.Module):
         kept = self.rows(h)
         extra = self.extra_rows(h)[..., :len(self.extra)].to(kept.dtype) if self.extra_rows is not None else None
         if self.compact:
-            return kept if extra is None else torch.cat([kept, extra], dim=-1)[..., self.order.to(kept.device)]
+            return kept if extra is None else torch.cat([kept, extra], dim=-1).index_select(-1, self.order.to(kept.device))
         out = kept.new_full((*kept.shape[:-1], self.vocab), float("-inf"))
         if self.prefix:
             out[..., :self.first] = kept
@@ -162,8 +163,8 @@ def pick_rows(head: nn.Module, ids: torch.Tensor) -> nn.Module:
 
 def padded(head: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     """ids, the last repeated up to a multiple of 16 for a vnni head (pick_rows' blocks); the extra rows are
-    dropped from its output. Gathering the text's ids as whole 16-row blocks of the head read ~16x the rows (a
-    ~0.18 ms kernel call for ~160 ids)."""
+    dropped from its output. The whole 16-row blocks that hold the ids are ~15x the rows (181 ids: 2,736 rows, a 57 us
+    call on the Zen 3's torch thread, 31 us for their 192 picked rows)."""
     if not isinstance(head, VnniLinear) or len(ids) % ROWS_MULTIPLE == 0:
         return ids
     return torch.cat([ids, ids[-1:].expand(ROWS_MULTIPLE - len(ids) % ROWS_MULTIPLE)])
@@ -256,12 +257,6 @@ def computing_head(model: nn.Module) -> TrimmedHead | None:
     while isinstance(head, TrimmedHead) and head.instead is not None:
         head = head.instead
     return head if isinstance(head, TrimmedHead) else None
-
-
-def reach(model: nn.Module) -> torch.Tensor | None:
-    """The ids a trimmed draft head gives a logit, ascending (-inf elsewhere); None for a whole head."""
-    head = computing_head(model)
-    return head.reach if head is not None else None
 
 
 @contextmanager

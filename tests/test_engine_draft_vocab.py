@@ -314,8 +314,8 @@ def test_the_drafter_picks_among_the_reached_ids_what_it_would_pick_over_the_who
         with torch.inference_mode():
             logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
         finite = torch.nonzero(~torch.isneginf(logits)).flatten()
-        assert torch.equal(draft_vocab.reach(model), finite)
-        assert draft_vocab.reach(model).tolist() == sorted(set(head.kept.tolist()) | set(head.extra.tolist()))
+        assert torch.equal(head.reach, finite)
+        assert head.reach.tolist() == sorted(set(head.kept.tolist()) | set(head.extra.tolist()))
         with draft_vocab.reached_logits(model) as ids:
             with torch.inference_mode():
                 compact = model(input_ids=torch.tensor([prompt])).logits[0, -1]
@@ -325,7 +325,7 @@ def test_the_drafter_picks_among_the_reached_ids_what_it_would_pick_over_the_who
             assert token == int(torch.argmax(logits)) and probs is None
             assert confidence == pytest.approx(float(torch.softmax(logits, dim=-1)[token]), rel=1e-5)
     head.instead = head.full  # the bench's stand-in computes every row: no reach to pick among
-    assert draft_vocab.reach(model) is None and draft_vocab.reach(tiny_model(1, 1)) is None
+    assert draft_vocab.computing_head(model) is None and draft_vocab.computing_head(tiny_model(1, 1)) is None
     with draft_vocab.reached_logits(model) as ids, torch.inference_mode():
         assert ids is None and model(input_ids=torch.tensor([prompt])).logits.shape[-1] == 384
 

@@ -65,6 +65,7 @@ def test_keys_and_values_follow_the_length_when_a_pass_writes_the_buffers_itself
     assert layer.keys.data_ptr() == k_buf.data_ptr() and layer.values.data_ptr() == v_buf.data_ptr()
     assert layer.keys.shape[-2] == 400 and (layer.keys[..., :3, :] == 1).all() and (layer.values[..., 3:, :] == 4).all()
     layer.crop(-390)
+    layer.keys = layer.buffers[0][..., :10, :]  # an assignment while the views are stale: values still follow
     assert layer.get_seq_length() == 10 and layer.values.shape[-2] == 10
     layer.reset()
     assert layer.keys is None and layer.values is None and not layer.is_initialized
