@@ -84,7 +84,8 @@ class LeanStep:
         self.layers = [LeanLayer(layer, fused) for layer in inner.layers]
         kernels = kernels_for(model)
         self.torch_ops = TorchOps(self.heads, self.kv_heads, self.head_dim)
-        self.kernel_ops = KernelOps(kernels, self.heads, self.kv_heads, self.head_dim) if kernels else None
+        self.kernel_ops = (KernelOps(kernels, self.heads, self.kv_heads, self.head_dim, uses_silu(config))
+                           if kernels else None)
         self.native = native_layers(kernels, self.layers, config, self.torch_ops.scaling) if kernels else None
 
     @torch.inference_mode()
@@ -149,8 +150,7 @@ class LeanLayer:
         h = ops.add_norm(x, delta, self.attn_norm)
         q, keys, values = ops.rope_into_cache(self.qkv(h), pass_, cache_layer)
         h = ops.add_norm(x, self.o(ops.attend(q, keys, values, pass_.mask)), self.mlp_norm)
-        gate, up = self.gate_up(h).chunk(2, dim=-1)
-        return self.down(self.act(gate).mul_(up))
+        return self.down(ops.swiglu(self.gate_up(h), self.act))
 
 
 class TorchOps:
@@ -174,6 +174,11 @@ class TorchOps:
         keys, values = cache_layer.update(qk[:, heads:].transpose(0, 1)[None], v.transpose(0, 1)[None])
         return qk[:, :heads], keys, values
 
+    def swiglu(self, gate_up, act):
+        """act(gate) * up from the fused gate/up projection's output (the gate's columns first)."""
+        gate, up = gate_up.chunk(2, dim=-1)
+        return act(gate).mul_(up)
+
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
         """q [n, heads, d]; keys/values [1, kv_heads, ctx, d] (views of the cache). The query heads of one KV head
         are stacked as rows of one matrix (engine/attention.py: no copy of the cache per query head)."""
@@ -191,9 +196,14 @@ class KernelOps(TorchOps):
     """The same ops in the C++ extension (engine/kernels/lean_ops.cpp), float32: one call each instead of 5-10 small
     torch ops, and attention that streams the cache once."""
 
-    def __init__(self, kernels, heads: int, kv_heads: int, head_dim: int):
+    def __init__(self, kernels, heads: int, kv_heads: int, head_dim: int, silu: bool):
         super().__init__(heads, kv_heads, head_dim)
-        self.kernels = kernels
+        self.kernels, self.silu = kernels, silu
+
+    def swiglu(self, gate_up, act):
+        if not self.silu:  # the C++ op knows SiLU only
+            return super().swiglu(gate_up, act)
+        return self.kernels.silu_mul(gate_up)
 
     def add_norm(self, x, delta, norm):
         if delta is None:
@@ -228,7 +238,7 @@ def native_layers(kernels, layers: list[LeanLayer], config, scaling: float) -> l
         return [kernels.Projection(p.packed, p.d, p.m, p.bias, p.out_features, p.group, p.bits, p.per_channel,
                                    p.use_simd) for p in parts]
 
-    if getattr(config, "hidden_act", None) != "silu":
+    if not uses_silu(config):
         return None
     built = []
     for layer in layers:
@@ -240,6 +250,10 @@ def native_layers(kernels, layers: list[LeanLayer], config, scaling: float) -> l
                                          layer.mlp_norm.variance_epsilon, *parts, config.num_attention_heads,
                                          config.num_key_value_heads, scaling))
     return built
+
+
+def uses_silu(config) -> bool:
+    return getattr(config, "hidden_act", None) == "silu"
 
 
 def kernels_for(model):

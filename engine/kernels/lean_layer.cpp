@@ -16,6 +16,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
 torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor weight, double eps);
 torch::Tensor rope_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_buf,
                               torch::Tensor v_buf, int64_t start, int64_t H, int64_t KV);
+torch::Tensor silu_mul(torch::Tensor gate_up);
 
 // One VnniLinear: its buffers (held, not copied) and shape.
 struct Projection {
@@ -56,8 +57,7 @@ struct NativeLayer {
     const int64_t end = start + x.size(0);
     auto attended = decode_attention(q, k_buf.narrow(2, 0, end), v_buf.narrow(2, 0, end), scaling);
     h = add_rms_norm(x, project(o, attended), mlp_norm, mlp_eps);
-    auto halves = project(gate_up, h).chunk(2, -1);
-    return project(down, at::silu(halves[0]).mul_(halves[1]));
+    return project(down, silu_mul(project(gate_up, h)));
   }
 };
 

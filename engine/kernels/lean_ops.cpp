@@ -10,8 +10,8 @@
 // lane-sum tree per block instead of a horizontal sum per key). A layer's attention after 1,024 tokens
 // (1.5B shapes, Zen 4, docs/benchmarks.md, eighteenth): 595 -> 413 us for a 9-token verify pass, 132 -> 85 for one
 // token.
-// rms_norm, add_rms_norm, rope_into_cache: what transformers runs as 5-10 small ATen ops each (~8-60 us apiece on
-// 2 cores, 28 layers a pass), in one call.
+// rms_norm, add_rms_norm, rope_into_cache, silu_mul: what transformers runs as 2-10 small ATen ops each (~5-60 us
+// apiece on 2 cores, 28 layers a pass), in one call.
 //
 // A row's numbers never depend on the other rows of the pass (each dot product and each accumulation runs in the
 // same order whatever n is), so a verify pass computes each token as a one-token pass would.
@@ -376,80 +376,67 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
   auto query_row = [&](int64_t kv, int64_t r) { return qp + ((r % n) * H + kv * G + r / n) * D; };
   auto visible = [&](int64_t r) { return L - n + r % n + 1; };  // keys 0 .. visible - 1
 
-  // A task is a KV head's rows (with 2 threads: one head each), swept over the keys kRowsPerBlock rows at a time.
-  auto each_block = [&](auto&& fn) {
-    at::parallel_for(0, KV * R, R, [&](int64_t begin, int64_t end) {
-      for (int64_t kv = begin / R; kv * R < end; ++kv) {
-        const int64_t r0 = std::max(begin, kv * R) - kv * R, r1 = std::min(end, (kv + 1) * R) - kv * R;
-        for (int64_t r = r0; r < r1; r += kRowsPerBlock) fn(kv, r, static_cast<int>(std::min<int64_t>(kRowsPerBlock, r1 - r)));
-      }
-    });
-  };
-  // Keys in blocks (score_head_blocks: 16 with AVX-512, 8 with AVX2) where the head's width allows, else one at a
-  // time (score_rows).
+  auto out = torch::empty({n, H * D}, torch::kFloat32);
+  float* op = out.data_ptr<float>();
+  // Scores, softmax and weighted values of a KV head's rows in one task (with 2 threads: one head each): one
+  // parallel region a layer instead of three (a fork and join costs ~1.3 us on 2 cores). The rows go
+  // kRowsPerBlock at a time; a row's arithmetic is the same in any task. Keys in blocks (score_head_blocks: 16 with
+  // AVX-512, 8 with AVX2) where the head's width allows, else one at a time (score_rows).
   bool blocked = false;
 #if defined(CODECUE_LEAN_AVX512) || defined(CODECUE_LEAN_AVX2)
   blocked = D == 16 || D == 32 || D == 64 || D == 128;
-  if (blocked) {
-    at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
-      std::vector<const float*> q_rows(R);
-      std::vector<float*> s_rows(R);
-      for (int64_t kv = begin; kv < end; ++kv) {
-        for (int64_t r = 0; r < R; ++r) {
-          q_rows[r] = query_row(kv, r);
-          s_rows[r] = sp + (kv * R + r) * L;
-        }
-        const float* k = kp + kv * k_head;
+#endif
+  at::parallel_for(0, KV, 1, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> q_rows(R);
+    std::vector<float*> s_rows(R);
+    for (int64_t kv = begin; kv < end; ++kv) {
+      for (int64_t r = 0; r < R; ++r) {
+        q_rows[r] = query_row(kv, r);
+        s_rows[r] = sp + (kv * R + r) * L;
+      }
+      const float* k = kp + kv * k_head;
+      if (blocked) {
+#if defined(CODECUE_LEAN_AVX512) || defined(CODECUE_LEAN_AVX2)
         switch (D) {
           case 128: score_head_blocks<128>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
           case 64: score_head_blocks<64>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
           case 32: score_head_blocks<32>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
           default: score_head_blocks<16>(q_rows.data(), R, k, L, scale, s_rows.data()); break;
         }
-      }
-    });
-  }
 #endif
-  if (!blocked) {
-    each_block([&](int64_t kv, int64_t r, int rows) {
-      const float* q_rows[kRowsPerBlock];
-      float* s_rows[kRowsPerBlock];
-      for (int i = 0; i < rows; ++i) {
-        q_rows[i] = query_row(kv, r + i);
-        s_rows[i] = sp + (kv * R + r + i) * L;
+      } else {
+        for (int64_t r = 0; r < R; r += kRowsPerBlock) {
+          const int rows = static_cast<int>(std::min<int64_t>(kRowsPerBlock, R - r));
+          switch (rows) {  // full blocks, and the last one of 1-3 rows, with their accumulators in registers
+            case 4: score_rows<4>(q_rows.data() + r, rows, k, L, D, scale, s_rows.data() + r); break;
+            case 3: score_rows<3>(q_rows.data() + r, rows, k, L, D, scale, s_rows.data() + r); break;
+            case 2: score_rows<2>(q_rows.data() + r, rows, k, L, D, scale, s_rows.data() + r); break;
+            default: score_rows<1>(q_rows.data() + r, rows, k, L, D, scale, s_rows.data() + r); break;
+          }
+        }
       }
-      const float* k = kp + kv * k_head;
-      switch (rows) {  // full blocks, and the last one of 1-3 rows, with their accumulators in registers
-        case 4: score_rows<4>(q_rows, rows, k, L, D, scale, s_rows); break;
-        case 3: score_rows<3>(q_rows, rows, k, L, D, scale, s_rows); break;
-        case 2: score_rows<2>(q_rows, rows, k, L, D, scale, s_rows); break;
-        default: score_rows<1>(q_rows, rows, k, L, D, scale, s_rows); break;
+      // Softmax of each row over its visible keys only (ATen's over the whole row sums a row in an order that
+      // depends on the row's full length: a verify pass and a one-token pass at the same position would differ in
+      // the last bit).
+      for (int64_t r = 0; r < R; ++r) softmax_prefix(s_rows[r], visible(r));
+      for (int64_t r = 0; r < R; r += kRowsPerBlock) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRowsPerBlock, R - r));
+        const float* p_rows[kRowsPerBlock];
+        float* o_rows[kRowsPerBlock];
+        int64_t seen[kRowsPerBlock];
+        for (int i = 0; i < rows; ++i) {
+          const int64_t row = r + i;
+          p_rows[i] = s_rows[row];
+          o_rows[i] = op + ((row % n) * H + kv * G + row / n) * D;
+          seen[i] = visible(row);
+        }
+        switch (rows) {
+          case 4: weigh_values<4>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+          case 3: weigh_values<3>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+          case 2: weigh_values<2>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+          default: weigh_values<1>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
+        }
       }
-    });
-  }
-  // Softmax of each row over its visible keys only (ATen's over the whole row sums a row in an order that depends
-  // on the row's full length: a verify pass and a one-token pass at the same position would differ in the last bit).
-  at::parallel_for(0, KV * R, 8, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) softmax_prefix(sp + i * L, visible(i % R));
-  });
-  const float* pp = sp;
-  auto out = torch::empty({n, H * D}, torch::kFloat32);
-  float* op = out.data_ptr<float>();
-  each_block([&](int64_t kv, int64_t r, int rows) {
-    const float* p_rows[kRowsPerBlock];
-    float* o_rows[kRowsPerBlock];
-    int64_t seen[kRowsPerBlock];
-    for (int i = 0; i < rows; ++i) {
-      const int64_t row = r + i;
-      p_rows[i] = pp + (kv * R + row) * L;
-      o_rows[i] = op + ((row % n) * H + kv * G + row / n) * D;
-      seen[i] = visible(row);
-    }
-    switch (rows) {
-      case 4: weigh_values<4>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
-      case 3: weigh_values<3>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
-      case 2: weigh_values<2>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
-      default: weigh_values<1>(p_rows, rows, vp + kv * v_head, D, seen, o_rows); break;
     }
   });
   return out;
@@ -499,6 +486,61 @@ torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor w
 #pragma omp simd
   for (int64_t i = 0; i < total; ++i) xp[i] += dp[i];
   return rms_norm(x, weight, eps);
+}
+
+namespace {
+
+// out = silu(gate) * up over one row, silu(x) = x / (1 + exp(-x)) with exp16 / exp8 (~1 ulp). Every column goes
+// through the same vector arithmetic (the last, partial chunk from a zero-padded copy), so a column's result never
+// depends on the row's width or on the other rows.
+void silu_mul_row(const float* gate, const float* up, int64_t width, float* out) {
+#if defined(CODECUE_LEAN_AVX512)
+  constexpr int64_t kLanes = 16;
+  auto chunk = [](const float* g, const float* u, float* o) {
+    const __m512 x = _mm512_loadu_ps(g);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), e)), _mm512_loadu_ps(u)));
+  };
+#elif defined(CODECUE_LEAN_AVX2)
+  constexpr int64_t kLanes = 8;
+  auto chunk = [](const float* g, const float* u, float* o) {
+    const __m256 x = _mm256_loadu_ps(g);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.f), e)), _mm256_loadu_ps(u)));
+  };
+#endif
+#if defined(CODECUE_LEAN_AVX512) || defined(CODECUE_LEAN_AVX2)
+  int64_t c = 0;
+  for (; c + kLanes <= width; c += kLanes) chunk(gate + c, up + c, out + c);
+  if (c < width) {
+    alignas(64) float g[kLanes] = {}, u[kLanes] = {}, o[kLanes];
+    std::memcpy(g, gate + c, (width - c) * sizeof(float));
+    std::memcpy(u, up + c, (width - c) * sizeof(float));
+    chunk(g, u, o);
+    std::memcpy(out + c, o, (width - c) * sizeof(float));
+  }
+#else
+  for (int64_t c = 0; c < width; ++c) out[c] = gate[c] / (1.f + std::exp(-gate[c])) * up[c];
+#endif
+}
+
+}  // namespace
+
+// gate_up: [n, 2 I], a fused gate/up projection's output (the gate's columns first). Returns silu(gate) * up, [n, I]:
+// Qwen2MLP's act_fn(gate_proj(x)) * up_proj(x) in one pass over each row, where ATen ran SiLU and the product as two
+// ops through a temporary.
+torch::Tensor silu_mul(torch::Tensor gate_up) {
+  check_rows(gate_up, "gate_up");
+  const int64_t n = gate_up.size(0), width = gate_up.size(1) / 2;
+  TORCH_CHECK(gate_up.size(1) == 2 * width, "gate_up must hold the gate's and the up projection's columns");
+  auto out = torch::empty({n, width}, torch::kFloat32);
+  const float* src = gate_up.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = src + r * 2 * width;
+    silu_mul_row(row, row + width, width, dst + r * width);
+  }
+  return out;
 }
 
 // qkv: [n, (H + 2 KV) * D], the fused projection's output (q heads, then k heads, then v heads); cos, sin: [n, D]
