@@ -66,7 +66,8 @@ def anatomy(model, name: str, widths: list[int], context: int, rounds: int, seco
         cache.forward(ids[:context], logits="none")
         for width in widths:
             for _ in range(3):
-                time_pass(cache, ids, context, width), time_kernels(calls, width)
+                time_pass(cache, ids, context, width)
+                time_kernels(calls, width)
             passes, kernels = [], []
             for _ in range(rounds):
                 passes.append(time_pass(cache, ids, context, width))
@@ -90,7 +91,8 @@ def main() -> int:
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
     pair = load_pair(args.pair)
-    print(f"{torch_thread.run(vnni.kernel).simd()} kernel, {torch.get_num_threads()} threads, context {args.context}")
+    print(f"{torch_thread.run(vnni.kernel).simd()} kernel, {torch_thread.run(torch.get_num_threads)} threads, "
+          f"context {args.context}")
 
     def run() -> None:
         for name, model in (("target", pair.target), ("draft", pair.draft)):
