@@ -64,18 +64,24 @@ def rival_in_reach(rival: Measurement, rows: list[Measurement], ratio: float | N
 def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS, rounds: int | None = None) -> None:
     """Each finalist's pass over each width, the best of `rounds` calls (MIN_ROUNDS where one is clearly ahead at
     that width), taken in turn with the others' calls of the same width; the rows' pass_ms are replaced by these
-    figures and marked side_by_side."""
+    figures and marked side_by_side. A round times every width not settled yet, so a slow minute lands on one
+    round of every width, not on every call of one: timed width by width, a calibration here recorded the 1.5B's
+    4-token pass at 76.5 ms, 2.0x its one-token pass, where timed again it was 59.8 / 45.0, and the auto policy,
+    pricing verify passes by that shape, drafted 2 tokens where 3 paid (docs/benchmarks.md, forty-first)."""
     rounds = ROUNDS if rounds is None else rounds
     best = [dict.fromkeys(widths, float("inf")) for _ in finalists]
-    for width in widths:
-        for turn in range(rounds):
-            # Who goes first alternates: a pass right after another model's may pay for the other's caches.
-            order = range(len(finalists)) if turn % 2 == 0 else reversed(range(len(finalists)))
+    open_widths = list(widths)
+    for turn in range(rounds):
+        # Who goes first alternates: a pass right after another model's may pay for the other's caches.
+        order = list(range(len(finalists)))[::1 if turn % 2 == 0 else -1]
+        for width in open_widths:
             for i in order:
                 best[i][width] = min(best[i][width], finalists[i][1].pass_ms(width))
-            figures = [times[width] for times in best]
-            if turn + 1 >= MIN_ROUNDS and max(figures) > SETTLED_RATIO * min(figures):
-                break
+        if turn + 1 >= MIN_ROUNDS:
+            open_widths = [w for w in open_widths
+                           if max(times[w] for times in best) <= SETTLED_RATIO * min(times[w] for times in best)]
+        if not open_widths:
+            break
     for (row, _), times in zip(finalists, best):
         log.info("side by side: %s %s/%s one-token pass %.1f -> %.1f ms", row.role, row.weights, row.activations,
                  row.pass_ms[1], times[widths[0]])

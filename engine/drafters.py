@@ -41,6 +41,7 @@ class Draft:
     extended: int = 0  # of the tokens, how many the model's lookup extension added (the last ones)
     matched: int = 0  # a lookup draft: how many context tokens its match spans (the longer, the likelier it is right)
     wide_steps: list[tuple[int, float]] = field(default_factory=list)  # (width, seconds): steps checking guesses
+    confidences: list[float] = field(default_factory=list)  # the draft model's probability of each of its own tokens
 
     @property
     def own(self) -> int:
@@ -50,7 +51,7 @@ class Draft:
     def cut(self, n: int) -> "Draft":
         """Keep the first n drafted tokens (a draft's prefix is still a valid draft)."""
         own = self.own
-        self.tokens, self.probs = self.tokens[:n], self.probs[:n]
+        self.tokens, self.probs, self.confidences = self.tokens[:n], self.probs[:n], self.confidences[:n]
         self.extended = max(0, len(self.tokens) - own)
         return self
 
@@ -127,7 +128,9 @@ class ModelDrafter:
     """The small draft model, with its own KV cache kept in step with the committed tokens.
 
     Stops early when its own confidence (probability of its chosen token) drops below min_confidence: a draft it
-    is unsure of is rarely accepted, and each draft pass costs ~0.3-0.4 of a target pass on CPU.
+    is unsure of is rarely accepted, and each draft pass costs ~0.3-0.4 of a target pass on CPU. With a
+    length_rule (the auto policy's keep_drafting) that rule decides instead, from the confidences so far: the model
+    drafts on, up to k, while it is sure.
 
     extend (a LookupDrafter demanding a long match): after each of its tokens, when the text so far (its drafts
     included) repeats earlier text, the draft is filled up to k with what followed there, free, instead of more
@@ -144,7 +147,7 @@ class ModelDrafter:
 
     def __init__(self, model: torch.nn.Module, cache: TrackedCache | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, generator: torch.Generator | None = None, min_confidence: float = 0.3,
-                 extend: "LookupDrafter | None" = None, view=None, guesses=None):
+                 extend: "LookupDrafter | None" = None, view=None, guesses=None, length_rule=None):
         self.model = model
         self.guesses = guesses
         self.extend = extend
@@ -152,6 +155,7 @@ class ModelDrafter:
         self.cache = cache or cache_for(model)
         self.temperature, self.top_p, self.generator = temperature, top_p, generator
         self.min_confidence = min_confidence
+        self.length_rule = length_rule
 
     def propose(self, tokens: list[int], k: int, cancelled, finishes=None) -> Draft:
         draft = Draft(source="draft")
@@ -199,7 +203,10 @@ class ModelDrafter:
                 token, probs, confidence = self._pick(logits, ids)
                 draft.tokens.append(token)
                 draft.probs.append(probs)
-                if confidence < self.min_confidence or (finishes is not None and finishes(draft.tokens)):
+                draft.confidences.append(confidence)
+                enough = (not self.length_rule(draft.confidences) if self.length_rule is not None
+                          else confidence < self.min_confidence)
+                if enough or (finishes is not None and finishes(draft.tokens)):
                     done = True
                 elif self.extend is not None and len(draft.tokens) < k:
                     follow = self.extend.propose(tokens + draft.tokens, k - len(draft.tokens), cancelled)

@@ -18,7 +18,7 @@ from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
 from .machine_choice import target_prefill_tok_s
 from .models import LoadedPair
 from .pass_costs import PassCosts, uncalibrated_costs
-from .policy import GainPolicy, SharedAcceptance
+from .policy import GainPolicy, SharedAcceptance, length_by_confidence_wanted
 from .prompt_ids import encode_pieces
 from .speculative import SpeculationController, generate
 from .step_guesses import StepGuesses, most_guesses
@@ -324,7 +324,7 @@ class Engine:
                 lag = (lambda tokens: len(seen := view(tokens)) - common_prefix_length(draft_cache.ids, seen)) \
                     if draft_cache is not None else None
                 session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag,
-                                            shared=self.acceptance)
+                                            shared=self.acceptance, length_by_confidence=length_by_confidence_wanted())
             session.policy.max_k, session.policy.kind = request.max_draft_tokens, request.kind
             return session.policy
         controller = session.controllers.setdefault(name, SpeculationController(max_k=request.max_draft_tokens))
@@ -356,8 +356,11 @@ class Engine:
         # Pinned K (adaptive_k=False) drafts exactly K tokens: no early stop on low draft confidence.
         min_confidence = 0.3 if request.adaptive_k else 0.0
         extend = extension_lookup(self.workspace) if extension_wanted() else None
+        # Under auto (adaptive K) the policy's keep_drafting sizes each draft from the model's confidences.
+        length_rule = (session.policy.keep_drafting if request.drafter == "auto" and request.adaptive_k
+                       and session.policy is not None and session.policy.length_by_confidence else None)
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
-                             min_confidence, extend, self._draft_view(), self.step_guesses)
+                             min_confidence, extend, self._draft_view(), self.step_guesses, length_rule)
         if name == "draft":
             return model
         if request.drafter == "auto":  # the policy weighs each lookup source, and sizes the model's K itself

@@ -15,6 +15,7 @@ NEUTRAL_DRAFT_RATIO = 0.4
 GPU_VERIFY_MS = {1: 3.34, 4: 4.47, 9: 4.48}
 GPU_DRAFT_RATIO = 0.82
 NEUTRAL_LOOKUP_MS = 0.2
+OUTLIER_RATIO = 2.0  # a timing counts as at most this many times the estimate it updates (PassCosts._learn)
 NEUTRAL_PREFILL_RATIO = 0.1  # the draft model's catch-up, ms per token ÷ its one-token pass
 PREFILL_MIN_TOKENS = 16  # catch-ups at least this long teach the prefill cost per token (engine/quant.PREFILL_ROWS)
 
@@ -144,8 +145,13 @@ class PassCosts:
 
     def _learn(self, old: float | None, prior, new: float) -> float:
         """The EMA of a cost the loop timed; its first timing moves a calibrated prior (prior()) rather than
-        replacing it."""
-        return self._ema(prior() if old is None and self.calibrated else old, new)
+        replacing it. A timing over OUTLIER_RATIO x the estimate counts as that much: a process's first passes
+        (lazy set-up: 334 ms for a ~45 ms verify, 112 ms for a ~10 ms draft step) took the estimates 1.5-2.4x up at
+        the EMA's weight, and a policy that then drafted one token a pass never timed a draft step again (the
+        confidence rule's first completions drafted one token each). A real slowdown is still followed, at up to
+        +20 % a timing."""
+        base = prior() if old is None and self.calibrated else old
+        return self._ema(base, new if base is None else min(new, OUTLIER_RATIO * base))
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.ema_weight * (new - old)

@@ -7,11 +7,16 @@ draft). Target alone yields 1 token per T_verify(1). Drafting is chosen only whe
 a machine where drafting does not pay nothing is drafted (apart from rare, ever rarer probes that keep the
 acceptance estimate honest).
 
+The draft model's own draft length is decided as it drafts (`GainPolicy.keep_drafting`): its probability of each
+token it drafts predicts acceptance far better than a mean rate (>= 0.9: 99 %), so it drafts on while one more
+token raises the pass's expected tokens per ms, up to the request's budget.
+
 Pass costs (engine/pass_costs.py) come from a calibration (attached to the loaded pair as `pair.costs`) or from a
 neutral guess, and are refined online from the loop's own timings either way.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from .pass_costs import PREFILL_MIN_TOKENS, PassCosts
@@ -21,6 +26,22 @@ LOOKUP_SOURCES = ("prompt", "workspace", "history")
 # 40 holes cut from this repository's code, per drafted token 0.65 for 2-3, 0.85 for 4-7, 0.89 for 8-15, 1.00 for 16+
 # (docs/benchmarks.md, thirty-second). One rate for every lookup cut the long matches to the short ones' length.
 MATCH_BUCKETS = ((16, "match16"), (8, "match8"), (4, "match4"), (0, "match2"))
+# A draft-model token's acceptance by the model's own probability of it (its confidence): teacher-forced over the bench
+# prompts (the target's greedy text, the draft model's pick at each position) 359 of 361 tokens drafted at >= 0.9
+# were the target's, 35 of 36 at 0.8-0.9, 25 of 37 at 0.5-0.8, 7 of 23 below (docs/benchmarks.md, forty-first). So
+# the draft model drafts on while it is sure, not to a K fixed before it starts (`GainPolicy.keep_drafting`).
+CONFIDENCE_BUCKETS = ((0.9, "conf90"), (0.8, "conf80"), (0.5, "conf50"), (0.0, "conf00"))
+CONFIDENCE_SEEDS = {"conf90": 0.95, "conf80": 0.85, "conf50": 0.6, "conf00": 0.3}
+
+
+def length_by_confidence_wanted() -> bool:
+    """CODECUE_DRAFT_LENGTH=k: the draft model drafts the gain model's K (benchmarks compare the two)."""
+    return os.environ.get("CODECUE_DRAFT_LENGTH", "confidence").strip().lower() != "k"
+
+
+def confidence_bucket(confidence: float) -> str:
+    """The acceptance a draft-model token drafted with this probability is counted under."""
+    return next((name for least, name in CONFIDENCE_BUCKETS if confidence >= least), "conf00")  # NaN: the lowest
 
 
 def match_bucket(matched: int) -> str | None:
@@ -110,11 +131,12 @@ class SharedAcceptance:
     lengths: dict[str, list[float]] = field(default_factory=dict)
     decay: float = 0.98
     min_tried: float = 4.0  # below this much evidence a source keeps the session's optimistic seed
-    # Trials' worth of the pooled rate a new session starts from. The draft model's acceptance is the pair's on this
-    # user's code, much the same in every document: at 2 trials one miss at a line's start took it from 0.9 to 0.64
+    # Trials' worth of the pooled rate a new session starts from. The draft model's acceptance (overall and by its
+    # confidence) is the pair's on this user's code, much the same in every document: at 2 trials one miss at a line's start took it from 0.9 to 0.64
     # and the model's K to 2, a third target pass on a 5-9-token line. How often the prompt repeats itself is the
     # document's own: the lookups' seed stays light.
-    seed_weights: dict[str, float] = field(default_factory=lambda: {"draft": 8.0})
+    seed_weights: dict[str, float] = field(
+        default_factory=lambda: {"draft": 8.0, **{name: 8.0 for _, name in CONFIDENCE_BUCKETS}})
 
     def add(self, source: str, accepted: float, tried: float) -> None:
         old = self.trials.get(source, [0.0, 0.0])
@@ -183,7 +205,8 @@ class GainPolicy:
 
     def __init__(self, costs: PassCosts, drafters=("none", "lookup", "draft", "hybrid"), max_k: int = 8,
                  draft_lag=None, seed_alpha: float = 0.8, decay: float = 0.9, probe_every: int = 8,
-                 max_probe_every: int = 512, shared: SharedAcceptance | None = None):
+                 max_probe_every: int = 512, shared: SharedAcceptance | None = None,
+                 length_by_confidence: bool = True):
         self.costs, self.drafters, self.max_k = costs, tuple(drafters), max_k
         self.draft_lag = draft_lag  # tokens -> how many of them the draft model has not seen yet
         self.decay = decay
@@ -192,6 +215,12 @@ class GainPolicy:
         optimistic = [2 * seed_alpha, 2.0]
         self.trials = {s: shared.seed(s, optimistic) if shared else list(optimistic)  # [accepted, tried]
                        for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES, *(b for _, b in MATCH_BUCKETS))}
+        for name, seed in CONFIDENCE_SEEDS.items():
+            prior = [2 * seed, 2.0]
+            self.trials[name] = shared.seed(name, prior) if shared else prior
+        # The draft model drafts while keep_drafting says another token pays, up to max_k; False: up to the K the gain
+        # model picks from the model's mean acceptance, stopping below the drafter's min_confidence.
+        self.length_by_confidence = length_by_confidence
         # Decaying count of lookup calls that found a match, of calls.
         self.hits = ([shared.hits[0] / shared.hits[1], 1.0] if shared and shared.hits[1] >= shared.min_tried
                      else [0.5, 1.0])
@@ -219,6 +248,9 @@ class GainPolicy:
             return "none", 0
         self._score_shadow(tokens)
         drafter, k = self._choose(tokens, max_k)
+        if self.model_k and self.length_by_confidence:  # keep_drafting sizes the model's draft, within the budget
+            self.model_k = min(max_k, self.max_k)
+            k = self.model_k if drafter == "draft" else k
         if drafter in ("lookup", "hybrid"):
             self.shadow = None  # the real draft measures the lookup now
             k = min(max_k, self.max_k)  # a lookup's tokens cost nothing to propose: `review` cuts by its match
@@ -270,6 +302,24 @@ class GainPolicy:
             self.since_model = 0
             return choice
         return Choice("hybrid", choice.k, hopeful.k, choice.rate)
+
+    def keep_drafting(self, confidences: list[float]) -> bool:
+        """After the draft model's tokens drafted with these confidences: does one more raise the expected tokens
+        per ms of the pass? Each token is accepted with its confidence bucket's rate once all before it were; the
+        next token's confidence is not known yet, so it is taken to be the last one's bucket (the model is sure in
+        runs: a name's first token is the hard one). Costs: one more draft step, and a verify one token wider."""
+        drafted = len(confidences)
+        if drafted == 0:
+            return True
+        chances = [self.alpha(confidence_bucket(c)) for c in confidences]
+        reach, tokens = 1.0, 1.0  # P(every draft so far accepted), expected tokens of the pass
+        for chance in chances:
+            reach *= chance
+            tokens += reach
+        step = self.costs.draft()
+        ms = drafted * step + self.costs.verify(drafted + 1)
+        more_ms = ms + step + self.costs.verify(drafted + 2) - self.costs.verify(drafted + 1)
+        return (tokens + reach * chances[-1]) / more_ms > tokens / ms
 
     def expected_remaining(self, allowed: int) -> int:
         """The tokens a draft model's catch-up is spread over: what completions of this kind have been running to,
@@ -364,6 +414,12 @@ class GainPolicy:
             self.since_model = 0
         if draft.tokens:
             self._add_trials(draft.source, accepted, accepted + (accepted < len(draft.tokens)), draft.matched)
+        by_bucket: dict[str, list[int]] = {}  # [accepted, tried] per confidence bucket, up to the first rejection
+        for position, confidence in enumerate(draft.confidences[:accepted + 1]):
+            counts = by_bucket.setdefault(confidence_bucket(confidence), [0, 0])
+            counts[0], counts[1] = counts[0] + (position < accepted), counts[1] + 1
+        for bucket, (kept, tried) in by_bucket.items():
+            self._add_trials(bucket, kept, tried)
         if draft.extended and accepted >= draft.own:  # the extension was reached: its own trials
             kept = accepted - draft.own
             self._add_trials("extension", kept, kept + (kept < draft.extended))

@@ -1,6 +1,8 @@
 """Close finalists of the calibration are timed again side by side (engine/calibrate_finalists.py)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine import calibrate_torch as timing
@@ -55,9 +57,10 @@ class NoisyMachine:
         return Timer()
 
 
-def test_side_by_side_gives_both_finalists_the_same_minutes():
+def test_side_by_side_gives_both_finalists_and_every_width_the_same_minutes():
     """Timed one after the other, the row measured in the slow minute loses although it is faster; taken in turn,
-    width by width, both see the fast minute and the faster one wins."""
+    round by round over every width, both finalists and every width see the fast minute: the faster row wins and
+    the widths keep their true shape (timed width by width, a slow minute inflated one width of one row)."""
     rounds = 4
     llama, vnni = row("llamacpp", 46.0), row("vnni", 61.0)  # what the sequential calibration saw
     machine = NoisyMachine(slow_calls=rounds * 2 * len(WIDTHS) // 2)  # slow for the first half of the calls
@@ -65,15 +68,17 @@ def test_side_by_side_gives_both_finalists_the_same_minutes():
                       rounds=rounds)
     assert llama.side_by_side and vnni.side_by_side
     assert vnni.pass_ms[1] < llama.pass_ms[1]  # the true order
-    # Each width: `rounds` calls of each, in turn (who goes first alternates), widths in order.
+    # Each round: every width, each finalist in turn (who goes first alternates by round).
     assert len(machine.calls) == rounds * 2 * len(WIDTHS)
-    for i, width in enumerate(WIDTHS):
-        calls = machine.calls[i * 2 * rounds:(i + 1) * 2 * rounds]
-        assert {w for _, w in calls} == {width}
-        pairs = [tuple(name for name, _ in calls[j:j + 2]) for j in range(0, len(calls), 2)]
-        assert pairs == [("llamacpp", "vnni"), ("vnni", "llamacpp")] * (rounds // 2)
-    # Each figure is the best of its calls: the fast minute's cost for the widths timed then.
-    assert vnni.pass_ms[WIDTHS[-1]] == 40.0 * WIDTHS[-1] and llama.pass_ms[WIDTHS[-1]] == 45.0 * WIDTHS[-1]
+    per_round = 2 * len(WIDTHS)
+    for turn in range(rounds):
+        calls = machine.calls[turn * per_round:(turn + 1) * per_round]
+        assert [w for _, w in calls] == [w for w in WIDTHS for _ in range(2)]
+        first = "llamacpp" if turn % 2 == 0 else "vnni"
+        assert [name for name, _ in calls[::2]] == [first] * len(WIDTHS)
+    # Each figure is the best of its calls: the fast minute's cost at every width.
+    for width in WIDTHS:
+        assert vnni.pass_ms[width] == 40.0 * width and llama.pass_ms[width] == 45.0 * width
 
 
 class WidthCosts:
@@ -189,3 +194,16 @@ def test_side_by_side_figures_are_bounded_the_same_way():
     slow_first = {1: 60.0, 2: 50.0, 4: 64.0, 8: 150.0, 16: 260.0}
     time_side_by_side([(rows[0], WidthCosts(dict(slow_first))), (rows[1], WidthCosts(dict(slow_first)))], rounds=2)
     assert rows[0].pass_ms[1] == rows[1].pass_ms[1] == 50.0
+
+
+def test_a_rows_widths_are_timed_round_by_round():
+    """calibrate_torch.time_passes' figures: every width in each round, so a slow first minute leaves the shape
+    alone; a format whose round takes over the budget is timed once."""
+    machine = NoisyMachine(slow_calls=len(WIDTHS))  # the whole first round is slow
+    timer = machine.timer("vnni", 40.0)
+    assert timing.best_ms_each(timer.pass_ms, WIDTHS, rounds=3) == {w: 40.0 * w for w in WIDTHS}
+    assert [w for _, w in machine.calls] == list(WIDTHS) * 3
+    slow = WidthCosts({w: 1.0 for w in WIDTHS})
+    slow.pass_ms = lambda width, timer=slow.pass_ms: (time.sleep(0.01), timer(width))[1]
+    timing.best_ms_each(slow.pass_ms, WIDTHS, rounds=3, budget_s=0.001)
+    assert slow.widths == list(WIDTHS)
