@@ -356,9 +356,9 @@ class Engine:
         # Pinned K (adaptive_k=False) drafts exactly K tokens: no early stop on low draft confidence.
         min_confidence = 0.3 if request.adaptive_k else 0.0
         extend = extension_lookup(self.workspace) if extension_wanted() else None
-        # Under auto (adaptive K) the policy's keep_drafting sizes each draft from the model's confidences.
+        # Under auto (adaptive K; its policy made by _controller) keep_drafting sizes each draft from the confidences.
         length_rule = (session.policy.keep_drafting if request.drafter == "auto" and request.adaptive_k
-                       and session.policy is not None and session.policy.length_by_confidence else None)
+                       and session.policy.length_by_confidence else None)
         model = ModelDrafter(self.pair.draft, session.draft, request.temperature, request.top_p, generator,
                              min_confidence, extend, self._draft_view(), self.step_guesses, length_rule)
         if name == "draft":

@@ -132,9 +132,9 @@ class SharedAcceptance:
     decay: float = 0.98
     min_tried: float = 4.0  # below this much evidence a source keeps the session's optimistic seed
     # Trials' worth of the pooled rate a new session starts from. The draft model's acceptance (overall and by its
-    # confidence) is the pair's on this user's code, much the same in every document: at 2 trials one miss at a line's start took it from 0.9 to 0.64
-    # and the model's K to 2, a third target pass on a 5-9-token line. How often the prompt repeats itself is the
-    # document's own: the lookups' seed stays light.
+    # confidence) is the pair's on this user's code, much the same in every document: at 2 trials one miss at a
+    # line's start took it from 0.9 to 0.64 and the model's K to 2, a third target pass on a 5-9-token line. How often
+    # the prompt repeats itself is the document's own: the lookups' seed stays light.
     seed_weights: dict[str, float] = field(
         default_factory=lambda: {"draft": 8.0, **{name: 8.0 for _, name in CONFIDENCE_BUCKETS}})
 
@@ -212,12 +212,10 @@ class GainPolicy:
         self.decay = decay
         self.shared = shared
         self.kind = ""  # the request's kind (CompletionRequest.kind, set by the engine): completion lengths per kind
-        optimistic = [2 * seed_alpha, 2.0]
-        self.trials = {s: shared.seed(s, optimistic) if shared else list(optimistic)  # [accepted, tried]
-                       for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES, *(b for _, b in MATCH_BUCKETS))}
-        for name, seed in CONFIDENCE_SEEDS.items():
-            prior = [2 * seed, 2.0]
-            self.trials[name] = shared.seed(name, prior) if shared else prior
+        seeds = {s: seed_alpha for s in ("draft", "lookup", "extension", *LOOKUP_SOURCES,
+                                          *(b for _, b in MATCH_BUCKETS))} | CONFIDENCE_SEEDS
+        self.trials = {s: shared.seed(s, [2 * a, 2.0]) if shared else [2 * a, 2.0]  # [accepted, tried]
+                       for s, a in seeds.items()}
         # The draft model drafts while keep_drafting says another token pays, up to max_k; False: up to the K the gain
         # model picks from the model's mean acceptance, stopping below the drafter's min_confidence.
         self.length_by_confidence = length_by_confidence
@@ -317,8 +315,8 @@ class GainPolicy:
             reach *= chance
             tokens += reach
         step = self.costs.draft()
-        ms = drafted * step + self.costs.verify(drafted + 1)
-        more_ms = ms + step + self.costs.verify(drafted + 2) - self.costs.verify(drafted + 1)
+        ms, more_ms = (drafted * step + self.costs.verify(drafted + 1),
+                       (drafted + 1) * step + self.costs.verify(drafted + 2))
         return (tokens + reach * chances[-1]) / more_ms > tokens / ms
 
     def expected_remaining(self, allowed: int) -> int:
