@@ -90,6 +90,22 @@ def test_the_demo_judges_by_the_lossless_rule():
 
 
 
+@pytest.mark.parametrize("drafter", ["none", "auto"])
+def test_the_demo_times_a_prompt_made_ready_first(drafter):
+    """`make demo` times the completion of a prompt the engine made ready beforehand, as the server completes where
+    the cursor rests: the same tokens as a cold completion, the prompt's prefill timed apart, and the session
+    forgotten after so the next run starts from the same state."""
+    from engine.demo import MAX_NEW_TOKENS, complete_ready
+
+    engine = tiny_engine("random")
+    ids = random_prompt(6, repeat=True)
+    cold = engine.complete(CompletionRequest(ids, MAX_NEW_TOKENS, drafter=drafter))
+    result, seconds, ready = complete_ready(engine, ids, drafter)
+    assert result.token_ids == cold.token_ids
+    assert result.stats.new_prompt_tokens == 0 and result.stats.reused_prompt_tokens > 0  # no prefill in the timing
+    assert seconds > 0 and ready > 0
+    assert f"demo:{drafter}" not in engine.sessions
+
 def test_pass_rounding_is_nil_in_fp32():
     ids = random_prompt(5)
     assert pass_rounding(tiny_model(2, 0), ids[:-4], ids[-4:]) < 1e-4
