@@ -16,7 +16,7 @@ import pytest
 
 from codecue_lsp.replay.__main__ import main as replay_main
 from codecue_lsp.replay.html import render
-from codecue_lsp.replay.report import comparison_table, percentile, summarize
+from codecue_lsp.replay.report import comparison_table, percentile, summarize, summarize_all
 from codecue_lsp.replay.runner import Replay, RequestRecord, RunResult, ServerConfig, finish_record, run_trace, \
     suggestion_from
 from codecue_lsp.replay.trace import write_trace
@@ -229,6 +229,43 @@ def test_comparison_table_ratios():
     assert "100.0" in p50 and "50.0 (0.50x)" in p50
     assert "100.0% (1.00x)" in next(l for l in table.splitlines() if l.startswith("line exact match"))
 
+
+
+def answered_run(label, answers):
+    """A run whose request i was answered with answers[i] (None: cancelled), every truth "x = 1"."""
+    records = []
+    for i, suggestion in enumerate(answers):
+        records.append(record(index=i, t_response=1.05, truth="x = 1", suggestion=suggestion,
+                              outcome="answered" if suggestion is not None else "cancelled",
+                              t_cancel=None if suggestion is not None else 1.01))
+    for r in records:
+        finish_record(r, measure_timing=True)
+    return RunResult(label, ["srv"], 1.0, records, peak_rss_mb=100.0)
+
+
+@pytest.mark.parametrize("name,runs,over_own,where_all", [
+    ("the same completions, the fast run answers a hard extra one",
+     [["x = 1", None, "x = 1"], ["x = 1", "y", "x = 1"]], [1.0, 2 / 3], [1.0, 1.0]),
+    ("each run answers one the other cancelled",
+     [["x = 1", "x = 1", None], [None, "x = 1", "x = 2"]], [1.0, 0.5], [1.0, 1.0]),
+    ("where both answered they differ",
+     [["x = 1", "x = 1", "x = 1"], ["x = 1", "x = 2", "x = 1"]], [1.0, 2 / 3], [1.0, 2 / 3]),
+    ("no request answered by both", [["x = 1", None], [None, "x = 1"]], [1.0, 1.0], [None, None]),
+])
+def test_exact_match_where_all_answered(name, runs, over_own, where_all):
+    summaries = summarize_all([answered_run(f"run{i}", answers) for i, answers in enumerate(runs)])
+    assert [s["line_exact_match"] for s in summaries] == pytest.approx(over_own)
+    for summary, expected in zip(summaries, where_all):
+        got = summary["line_exact_match_all_answered"]
+        assert got is None if expected is None else got == pytest.approx(expected)
+
+
+def test_comparison_table_shows_exact_match_where_all_answered():
+    table = comparison_table(summarize_all([answered_run("slow", ["x = 1", None, "x = 1"]),
+                                            answered_run("fast", ["x = 1", "y", "x = 1"])]))
+    lines = table.splitlines()
+    assert "66.7% (0.67x)" in next(line for line in lines if line.startswith("line exact match"))
+    assert "100.0% (1.00x)" in next(line for line in lines if line.startswith("... where all answered"))
 
 def test_html_is_self_contained():
     page = render([fake_result("base", [100, 120, 90]), fake_result("fast", [50, 60, 40])], "t.jsonl")

@@ -95,7 +95,7 @@ def cmd_clients(args, events: list[dict], base: list[str]) -> int:
 
 
 def cmd_run(args) -> int:
-    from .report import comparison_table, summarize, write_json
+    from .report import comparison_table, summarize_all, write_json
     from .runner import ServerConfig, default_server_command, run_trace
 
     events = read_trace(args.trace)
@@ -115,7 +115,7 @@ def cmd_run(args) -> int:
         finally:
             if progress:
                 progress.close()
-    summaries = [summarize(r) for r in results]
+    summaries = summarize_all(results)
     print(comparison_table(summaries))
     soak_failed = False
     if args.soak:

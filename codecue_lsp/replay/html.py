@@ -6,7 +6,7 @@ import base64
 import html
 import io
 
-from .report import comparison_table, summarize
+from .report import comparison_table, summarize, summarize_all
 from .runner import RunResult
 from .soak import RSS_TOLERANCE, RSS_WINDOW, rolling_median, sizes, verdict_lines
 
@@ -133,7 +133,7 @@ def render(results: list[RunResult], trace_path: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
-    table = comparison_table([summarize(r) for r in results])
+    table = comparison_table(summarize_all(results))
     images = [("Latency CDF", latency_cdf(results))] + [(f"Timeline: {r.label}", timeline(r)) for r in results]
     body = "\n".join(f"<h2>{html.escape(title)}</h2>\n<img alt='{html.escape(title)}' src='data:image/png;base64,"
                      f"{png}'>" for title, png in images)
