@@ -37,10 +37,10 @@ def last_level_cache_bytes() -> int:
     return size if size > 0 else FALLBACK_CACHE_BYTES
 
 
-def layer_copies(n: int, k: int, bits: int, count: int) -> list:
+def layer_copies(n: int, k: int, bits: int, seeds: range) -> list:
     make = vnni.VnniLinear.from_dense_int4 if bits == 4 else vnni.VnniLinear.from_dense_int8
     return [make(torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.02, None, torch.float32)
-            for seed in range(count)]
+            for seed in seeds]
 
 
 def best_seconds(kernel, x, layers, n: int, bits: int) -> float:
@@ -66,9 +66,9 @@ def main() -> int:
     for threads in (1, 2):
         torch.set_num_threads(threads)
         for n, k, bits in LAYERS:
-            first = layer_copies(n, k, bits, 1)
+            first = layer_copies(n, k, bits, range(1))
             layer_bytes = sum(t.numel() * t.element_size() for t in (first[0].packed, first[0].d, first[0].m))
-            copies = (first + layer_copies(n, k, bits, 1 + 4 * last_level_cache_bytes() // layer_bytes)[1:]
+            copies = (first + layer_copies(n, k, bits, range(1, 1 + 4 * last_level_cache_bytes() // layer_bytes))
                       if args.cold else first)
             cells = []
             for rows in ROWS:

@@ -55,6 +55,7 @@ for turn in range(2):
     for prompt in (p for p in prompts if p["kind"] in kinds):
         ids = engine.encode_fim(prompt["prefix"], prompt["suffix"])
         for mode in ("target", "auto"):
+            # as codecue_bench.engine_bench.run_own_mode's --warm run, with the trace cleared between prefill and completion
             session = f"trace:{mode}"
             engine.prefill(session, ids).result()
             rounds.clear()
