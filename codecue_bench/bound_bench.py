@@ -6,11 +6,12 @@ text, so that one pass says how far a draft started at any position would be acc
 from every position as the engine's LookupDrafter does (latest match of the last 2-4 tokens). With this machine's
 pass costs timed in the same run, the fastest plan that knows every outcome in advance (a dynamic programme over
 positions: each pass plain, a lookup draft cut anywhere, or K tokens of the draft model) is a bound no policy
-choosing among these two drafters at these costs can beat. Not modelled: the workspace index's lookups, and the
-draft model's lookup extension and step guesses, which make some of its tokens cheaper than a step; the bound with
-the draft model's step at half its cost covers them and more. Next to the bound: the best fixed plans, and the bound
-where verify rows cost nothing (as on a bandwidth-bound GPU): which cost would have to fall for a target to come
-within reach.
+choosing one of these two drafters per pass at these costs can beat. Auto mixes them inside a pass (the draft
+model's lookup extension, its steps checking lookup guesses): the second bound lets a pass's drafts be any mix of
+the draft model's tokens (a step each) and lookup tokens (free, however its catch-up over them would cost), which
+no policy over these two drafters can beat. Not modelled: the workspace index's lookups. Next to the bounds: the
+best fixed plans, and the mixed bound with the draft model's step at half its cost or with verify rows free (as on
+a bandwidth-bound GPU): which cost would have to fall for a target to come within reach.
 
     codecue-bench bound [--pair default] [--prompts FILE] [--max-new-tokens 64] [--limit N] [--rounds 2]
                         [--json OUT]
@@ -86,6 +87,25 @@ def fastest_ms(trace: Trace, costs: Costs, max_k: int = MAX_K) -> float:
     return best[0]
 
 
+def mixed_fastest_ms(trace: Trace, costs: Costs, max_drafts: int = MAX_K) -> float:
+    """The clairvoyant plan when a pass's drafts may mix the drafters: a draft model token costs a step, lookup tokens
+    (any part of the offer from where the text has got to) cost nothing, and a pass verifies up to max_drafts."""
+    n = trace.tokens
+    # best[i][w]: the fastest rest of the completion from position i with w right drafts waiting for a verify
+    best = [[costs.verify(w + 1) if w else 0.0 for w in range(max_drafts + 1)] for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for w in range(max_drafts + 1):
+            ms = costs.verify(w + 1) + best[i + 1][0]  # the target verifies the drafts and writes position i itself
+            room = max_drafts - w
+            if room and trace.model_right[i]:
+                ms = min(ms, costs.draft_ms + best[i + 1][w + 1])
+            right = min(trace.lookup[i][1], room, n - i)
+            for taken in range(1, right + 1):
+                ms = min(ms, best[i + taken][w + taken])
+            best[i][w] = ms
+    return best[0][0]
+
+
 def fixed_plan_ms(trace: Trace, costs: Costs, k: int, lookup_first: bool) -> float:
     """A plan that does the same everywhere: the draft model's K tokens each pass (K = 0: target alone); with
     lookup_first, the lookup's whole offer wherever it has one."""
@@ -104,8 +124,9 @@ def fixed_plan_ms(trace: Trace, costs: Costs, k: int, lookup_first: bool) -> flo
 def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | int]]:
     """Per prompt kind (and "all"): each plan's speed over target alone."""
     # Target alone's passes cost the same in every what-if: only the draft step or the verify rows change.
-    what_ifs = {"bound": costs, "bound, draft step x0.5": Costs(costs.verify_ms, costs.draft_ms / 2),
-                "bound, verify rows free": Costs({1: costs.verify(1), 2: costs.verify(1)}, costs.draft_ms)}
+    what_ifs = {"bound, drafts mixed in a pass": costs,
+                "mixed bound, draft step x0.5": Costs(costs.verify_ms, costs.draft_ms / 2),
+                "mixed bound, verify rows free": Costs({1: costs.verify(1), 2: costs.verify(1)}, costs.draft_ms)}
     table: dict[str, dict[str, float | int]] = {}
     for kind in sorted({t.kind for t in traces}) + ["all"]:
         chosen = [t for t in traces if kind in ("all", t.kind)]
@@ -118,8 +139,9 @@ def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | i
         row["lookup wherever it offers, else target"] = alone / sum(fixed_plan_ms(t, costs, 0, True) for t in chosen)
         row["lookup, else the draft model at that K"] = alone / sum(fixed_plan_ms(t, costs, best_k, True)
                                                                     for t in chosen)
+        row["bound"] = alone / sum(fastest_ms(t, costs) for t in chosen)
         for name, what_if in what_ifs.items():
-            row[name] = alone / sum(fastest_ms(t, what_if) for t in chosen)
+            row[name] = alone / sum(mixed_fastest_ms(t, what_if) for t in chosen)
         table[kind] = row
     return table
 

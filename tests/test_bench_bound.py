@@ -5,7 +5,7 @@ import random
 import pytest
 
 from codecue_bench.bound_bench import (Costs, Trace, fastest_ms, fixed_plan_ms, lookup_outcomes, measured_auto,
-                                       record, runs_of_right, speedups)
+                                       mixed_fastest_ms, record, runs_of_right, speedups)
 from engine_helpers import reference_greedy, tiny_engine
 
 FLAT = Costs({1: 10.0, 2: 10.0}, 0.0)  # verify rows free, drafting free: only target passes count
@@ -57,6 +57,44 @@ def test_the_clairvoyant_plan_finds_the_fastest_passes(case):
     assert fastest_ms(the_trace, costs) == pytest.approx(expected)
 
 
+# (case, trace, costs, the mixed plan's ms, the one-drafter-a-pass plan's ms)
+MIXED_CASES = [
+    ("nothing drafts right: target alone", trace([0] * 6), STEEP, 60.0, 60.0),
+    ("the draft model alone right: the same plan", trace(runs_of_right([True] * 18)), STEEP,
+     2 * (8 * 4.0 + 50.0), 2 * (8 * 4.0 + 50.0)),
+    # lookup 3 free, the model's 2 steps, one verify of 5 drafts (35 ms) writes all 6; one drafter a pass: the lookup's
+    # 3 in a 4-wide verify (25), then the model's 1 in a 2-wide (4 + 15)
+    ("a lookup's 3, then the model's 2, in one pass", trace([0, 0, 0, 2, 1, 0], [(3, 3)] + [(0, 0)] * 5), STEEP,
+     8.0 + 35.0, 44.0),
+    # the model's token, then a lookup of 3 from there (its extension): 4 drafts for one step, a 5-wide verify; one
+    # drafter a pass: a plain pass, then the lookup's 3 in a 4-wide verify
+    ("the model's token, its lookup extension", trace([1, 0, 0, 0, 0], [(0, 0), (5, 3), (0, 0), (0, 0), (0, 0)]),
+     STEEP, 4.0 + 30.0, 10.0 + 25.0),
+    # 8 drafts and a 9-wide verify write 9 tokens; the last 3: 2 drafts and the target's own (a 4th row buys nothing)
+    ("no more than 8 drafts a pass", trace([0] * 12, [(8, 8)] * 12), STEEP, 50.0 + 20.0, 50.0 + 20.0),
+    ("a lookup offering 8, right for 2: only the right ones", trace([0] * 3, [(8, 2), (0, 0), (0, 0)]), STEEP,
+     20.0, 20.0),
+]
+
+
+@pytest.mark.parametrize("case", MIXED_CASES, ids=[c[0] for c in MIXED_CASES])
+def test_the_mixed_plan_chains_the_drafters_inside_a_pass(case):
+    _, the_trace, costs, mixed, one_drafter = case
+    assert mixed_fastest_ms(the_trace, costs) == pytest.approx(mixed)
+    assert fastest_ms(the_trace, costs) == pytest.approx(one_drafter)
+
+
+def test_the_mixed_bound_is_never_below_the_one_drafter_bound():
+    rng = random.Random(7)
+    for _ in range(40):
+        n = rng.randrange(1, 40)
+        right = runs_of_right([rng.random() < 0.7 for _ in range(n)])
+        lookups = [(o, rng.randrange(0, o + 1)) if (o := rng.choice([0, 0, 2, 5, 8])) else (0, 0) for _ in range(n)]
+        the_trace = trace(right, [(o, min(r, n - i)) for i, (o, r) in enumerate(lookups)])
+        for costs in (STEEP, FLAT, Costs({1: 30.0, 2: 33.0, 4: 45.0, 9: 100.0}, 10.0)):
+            assert mixed_fastest_ms(the_trace, costs) <= fastest_ms(the_trace, costs) + 1e-9
+
+
 def test_no_fixed_plan_beats_the_bound():
     rng = random.Random(5)
     for _ in range(30):
@@ -78,10 +116,12 @@ def test_speedups_per_kind_and_the_what_ifs():
     assert table["line"]["bound"] == pytest.approx(1.0)  # nothing to gain: the bound is target alone
     assert table["block"]["draft model, its best fixed K"] == pytest.approx(180.0 / 164.0)
     assert table["block"]["  (that K)"] == 8
-    # Halving the draft step or freeing the verify rows can only raise the bound.
+    # Mixing the drafters in a pass, halving the draft step or freeing the verify rows can only raise the bound.
     for kind in table:
-        assert table[kind]["bound, draft step x0.5"] >= table[kind]["bound"] - 1e-9
-        assert table[kind]["bound, verify rows free"] >= table[kind]["bound"] - 1e-9
+        mixed = table[kind]["bound, drafts mixed in a pass"]
+        assert mixed >= table[kind]["bound"] - 1e-9
+        assert table[kind]["mixed bound, draft step x0.5"] >= mixed - 1e-9
+        assert table[kind]["mixed bound, verify rows free"] >= mixed - 1e-9
         assert table[kind]["bound"] >= table[kind]["lookup, else the draft model at that K"] - 1e-9
 
 
