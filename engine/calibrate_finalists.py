@@ -22,9 +22,11 @@ log = logging.getLogger(__name__)
 # chose llama.cpp for the target and left the draft model off.
 FINALIST_RATIO = 2.0
 ROUNDS = 5  # each width of each finalist: the best of this many calls, interleaved with the rival's...
-SETTLED_RATIO = 1.5  # ... or of MIN_ROUNDS where, by then, one is this much ahead at that width: not a close
-# call, and under the AVX2 emulation the verify widths (4-16 tokens: llama.cpp 2.5-3x the vnni kernel's cost)
-# were most of the 9-11 s the retiming took.
+SETTLED_RATIO = 1.5  # ... or, for the one behind, of MIN_ROUNDS where, by then, the other is this much ahead at that
+# width: not a close call, and under the AVX2 emulation the verify widths (4-16 tokens: llama.cpp 2.5-3x the vnni
+# kernel's cost) were most of the 9-11 s the retiming took. The one ahead is timed every round still: its figures
+# price the drafting policy's verify passes, and two calls left a Zen 4's 4-token pass at 53.2 ms between 34.8 at 2
+# tokens and 65.5 at 8 (timed again: 39-43).
 MIN_ROUNDS = 2
 
 
@@ -62,26 +64,27 @@ def rival_in_reach(rival: Measurement, rows: list[Measurement], ratio: float | N
 
 
 def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS, rounds: int | None = None) -> None:
-    """Each finalist's pass over each width, the best of `rounds` calls (MIN_ROUNDS where one is clearly ahead at
-    that width), taken in turn with the others' calls of the same width; the rows' pass_ms are replaced by these
-    figures and marked side_by_side. A round times every width not settled yet, so a slow minute lands on one
+    """Each finalist's pass over each width, the best of `rounds` calls (for the ones behind, MIN_ROUNDS where one is
+    clearly ahead at that width), taken in turn with the others' calls of the same width; the rows' pass_ms are
+    replaced by these figures and marked side_by_side. A round times every width not settled yet, so a slow minute lands on one
     round of every width, not on every call of one: timed width by width, a calibration here recorded the 1.5B's
     4-token pass at 76.5 ms, 2.0x its one-token pass, where timed again it was 59.8 / 45.0, and the auto policy,
     pricing verify passes by that shape, drafted 2 tokens where 3 paid (docs/benchmarks.md, forty-first)."""
     rounds = ROUNDS if rounds is None else rounds
     best = [dict.fromkeys(widths, float("inf")) for _ in finalists]
-    open_widths = list(widths)
+    ahead: dict[int, int] = {}  # settled widths: the finalist clearly ahead there, the only one still timed
     for turn in range(rounds):
         # Who goes first alternates: a pass right after another model's may pay for the other's caches.
         order = list(range(len(finalists)))[::1 if turn % 2 == 0 else -1]
-        for width in open_widths:
+        for width in widths:
             for i in order:
-                best[i][width] = min(best[i][width], finalists[i][1].pass_ms(width))
+                if ahead.get(width, i) == i:
+                    best[i][width] = min(best[i][width], finalists[i][1].pass_ms(width))
         if turn + 1 >= MIN_ROUNDS:
-            open_widths = [w for w in open_widths
-                           if max(times[w] for times in best) <= SETTLED_RATIO * min(times[w] for times in best)]
-        if not open_widths:
-            break
+            for w in widths:
+                fastest = min(range(len(finalists)), key=lambda i: best[i][w])
+                if w not in ahead and max(times[w] for times in best) > SETTLED_RATIO * best[fastest][w]:
+                    ahead[w] = fastest
     for (row, _), times in zip(finalists, best):
         log.info("side by side: %s %s/%s one-token pass %.1f -> %.1f ms", row.role, row.weights, row.activations,
                  row.pass_ms[1], times[widths[0]])

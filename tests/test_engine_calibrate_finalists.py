@@ -101,9 +101,28 @@ def test_a_width_where_one_finalist_is_clearly_ahead_stops_after_two_rounds():
     llama, vnni = WidthCosts(llama_ms), WidthCosts(vnni_ms)
     rows = [row("llamacpp", 46.0), row("vnni", 50.0)]
     time_side_by_side([(rows[0], llama), (rows[1], vnni)], rounds=5)
-    for timer in (llama, vnni):
-        assert [timer.widths.count(w) for w in WIDTHS] == [5, 5, 2, 2, 2]
+    assert [llama.widths.count(w) for w in WIDTHS] == [5, 5, 2, 2, 2]
+    assert [vnni.widths.count(w) for w in WIDTHS] == [5] * len(WIDTHS)  # the one ahead: every round, every width
     assert rows[0].pass_ms == llama_ms and rows[1].pass_ms == vnni_ms
+
+
+def test_the_finalist_ahead_at_a_settled_width_keeps_its_best_of_every_round():
+    """Its figures price the verify passes the drafting policy weighs: with two calls, a slow stretch over both left
+    a Zen 4's 4-token pass at 53.2 ms between 34.8 (2 tokens) and 65.5 (8), timed again at 39-43."""
+    llama_ms = {1: 42.0, 2: 76.0, 4: 160.0, 8: 375.0, 16: 650.0}
+    vnni_ms = {1: 40.0, 2: 44.0, 4: 52.0, 8: 66.0, 16: 125.0}
+    llama, vnni = WidthCosts(llama_ms), WidthCosts(vnni_ms)
+    calls = {w: 0 for w in WIDTHS}
+    timed = vnni.pass_ms
+
+    def slow_twice_at_4(width: int) -> float:  # the kernel's first two 4-token calls land in a slow stretch
+        calls[width] += 1
+        return timed(width) * (1.3 if width == 4 and calls[width] <= 2 else 1.0)
+    vnni.pass_ms = slow_twice_at_4
+    rows = [row("llamacpp", 46.0), row("vnni", 50.0)]
+    time_side_by_side([(rows[0], llama), (rows[1], vnni)], rounds=5)
+    assert rows[1].pass_ms[4] == pytest.approx(52.0)  # two calls only would have kept 67.6
+    assert llama.widths.count(4) == 2
 
 
 class RecordingRival:
