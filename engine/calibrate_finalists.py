@@ -26,7 +26,7 @@ SETTLED_RATIO = 1.5  # ... or, for the one behind, of MIN_ROUNDS where, by then,
 # width: not a close call, and under the AVX2 emulation the verify widths (4-16 tokens: llama.cpp 2.5-3x the vnni
 # kernel's cost) were most of the 9-11 s the retiming took. The one ahead is timed every round still: its figures
 # price the drafting policy's verify passes, and two calls left a Zen 4's 4-token pass at 53.2 ms between 34.8 at 2
-# tokens and 65.5 at 8 (timed again: 39-43).
+# tokens and 65.5 at 8 (timed again: 39-45).
 MIN_ROUNDS = 2
 
 
@@ -66,10 +66,11 @@ def rival_in_reach(rival: Measurement, rows: list[Measurement], ratio: float | N
 def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS, rounds: int | None = None) -> None:
     """Each finalist's pass over each width, the best of `rounds` calls (for the ones behind, MIN_ROUNDS where one is
     clearly ahead at that width), taken in turn with the others' calls of the same width; the rows' pass_ms are
-    replaced by these figures and marked side_by_side. A round times every width not settled yet, so a slow minute lands on one
-    round of every width, not on every call of one: timed width by width, a calibration here recorded the 1.5B's
-    4-token pass at 76.5 ms, 2.0x its one-token pass, where timed again it was 59.8 / 45.0, and the auto policy,
-    pricing verify passes by that shape, drafted 2 tokens where 3 paid (docs/benchmarks.md, forty-first)."""
+    replaced by these figures and marked side_by_side. A round times every width (a settled one for the finalist
+    ahead only), so a slow minute lands on one round of every width, not on every call of one: timed width by
+    width, a calibration here recorded the 1.5B's 4-token pass at 76.5 ms, 2.0x its one-token pass, where timed
+    again it was 59.8 / 45.0, and the auto policy, pricing verify passes by that shape, drafted 2 tokens where 3
+    paid (docs/benchmarks.md, forty-first)."""
     rounds = ROUNDS if rounds is None else rounds
     best = [dict.fromkeys(widths, float("inf")) for _ in finalists]
     ahead: dict[int, int] = {}  # settled widths: the finalist clearly ahead there, the only one still timed
