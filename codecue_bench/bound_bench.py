@@ -8,10 +8,10 @@ pass costs timed in the same run, the fastest plan that knows every outcome in a
 positions: each pass plain, a lookup draft cut anywhere, or K tokens of the draft model) is a bound no policy
 choosing one of these two drafters per pass at these costs can beat. Auto mixes them inside a pass (the draft
 model's lookup extension, its steps checking lookup guesses): the second bound lets a pass's drafts be any mix of
-the draft model's tokens (a step each) and lookup tokens (free, however its catch-up over them would cost), which
-no policy over these two drafters can beat. Not modelled: the workspace index's lookups. Next to the bounds: the
-best fixed plans, and the mixed bound with the draft model's step at half its cost or with verify rows free (as on
-a bandwidth-bound GPU): which cost would have to fall for a target to come within reach.
+the draft model's tokens (a step each) and lookup tokens (free: the draft model's catch-up over them is not
+charged), which no policy over these two drafters can beat. Not modelled: the workspace index's lookups. Next to
+the bounds: the best fixed plans, and the mixed bound with the draft model's step at half its cost or with verify
+rows free (as on a bandwidth-bound GPU): which cost would have to fall for a target to come within reach.
 
     codecue-bench bound [--pair default] [--prompts FILE] [--max-new-tokens 64] [--limit N] [--rounds 2]
                         [--json OUT]
@@ -91,8 +91,10 @@ def mixed_fastest_ms(trace: Trace, costs: Costs, max_drafts: int = MAX_K) -> flo
     """The clairvoyant plan when a pass's drafts may mix the drafters: a draft model token costs a step, lookup tokens
     (any part of the offer from where the text has got to) cost nothing, and a pass verifies up to max_drafts."""
     n = trace.tokens
-    # best[i][w]: the fastest rest of the completion from position i with w right drafts waiting for a verify
-    best = [[costs.verify(w + 1) if w else 0.0 for w in range(max_drafts + 1)] for _ in range(n + 1)]
+    # best[i][w]: the fastest rest of the completion from position i with w right drafts waiting for a verify; at the
+    # end, those drafts' verify
+    best = [[0.0] * (max_drafts + 1) for _ in range(n)] + [[costs.verify(w + 1) if w else 0.0
+                                                           for w in range(max_drafts + 1)]]
     for i in range(n - 1, -1, -1):
         for w in range(max_drafts + 1):
             ms = costs.verify(w + 1) + best[i + 1][0]  # the target verifies the drafts and writes position i itself
