@@ -84,13 +84,19 @@ def test_the_mixed_plan_chains_the_drafters_inside_a_pass(case):
     assert fastest_ms(the_trace, costs) == pytest.approx(one_drafter)
 
 
+def random_trace(rng: random.Random, model_hit: float) -> Trace:
+    """Up to 39 positions: the draft model right with probability model_hit, lookups offering 0-8 tokens (right for
+    as many as the completion has left at most)."""
+    n = rng.randrange(1, 40)
+    right = runs_of_right([rng.random() < model_hit for _ in range(n)])
+    lookups = [(o, rng.randrange(0, o + 1)) if (o := rng.choice([0, 0, 2, 5, 8])) else (0, 0) for _ in range(n)]
+    return trace(right, [(o, min(r, n - i)) for i, (o, r) in enumerate(lookups)])
+
+
 def test_the_mixed_bound_is_never_below_the_one_drafter_bound():
     rng = random.Random(7)
     for _ in range(40):
-        n = rng.randrange(1, 40)
-        right = runs_of_right([rng.random() < 0.7 for _ in range(n)])
-        lookups = [(o, rng.randrange(0, o + 1)) if (o := rng.choice([0, 0, 2, 5, 8])) else (0, 0) for _ in range(n)]
-        the_trace = trace(right, [(o, min(r, n - i)) for i, (o, r) in enumerate(lookups)])
+        the_trace = random_trace(rng, 0.7)
         for costs in (STEEP, FLAT, Costs({1: 30.0, 2: 33.0, 4: 45.0, 9: 100.0}, 10.0)):
             assert mixed_fastest_ms(the_trace, costs) <= fastest_ms(the_trace, costs) + 1e-9
 
@@ -98,10 +104,7 @@ def test_the_mixed_bound_is_never_below_the_one_drafter_bound():
 def test_no_fixed_plan_beats_the_bound():
     rng = random.Random(5)
     for _ in range(30):
-        n = rng.randrange(1, 40)
-        right = runs_of_right([rng.random() < 0.8 for _ in range(n)])
-        lookups = [(o, rng.randrange(0, o + 1)) if (o := rng.choice([0, 0, 2, 5, 8])) else (0, 0) for _ in range(n)]
-        the_trace = trace(right, lookups)
+        the_trace = random_trace(rng, 0.8)
         bound = fastest_ms(the_trace, STEEP)
         for k in range(0, 9):
             for lookup_first in (False, True):
