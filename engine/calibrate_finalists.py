@@ -82,9 +82,9 @@ def time_side_by_side(finalists: list[tuple[Measurement, object]], widths=WIDTHS
                 if ahead.get(width, i) == i:
                     best[i][width] = min(best[i][width], finalists[i][1].pass_ms(width))
         if turn + 1 >= MIN_ROUNDS:
-            for w in widths:
+            for w in [w for w in widths if w not in ahead]:
                 fastest = min(range(len(finalists)), key=lambda i: best[i][w])
-                if w not in ahead and max(times[w] for times in best) > SETTLED_RATIO * best[fastest][w]:
+                if max(times[w] for times in best) > SETTLED_RATIO * best[fastest][w]:
                     ahead[w] = fastest
     for (row, _), times in zip(finalists, best):
         log.info("side by side: %s %s/%s one-token pass %.1f -> %.1f ms", row.role, row.weights, row.activations,
