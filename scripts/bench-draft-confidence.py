@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from codecue_bench.draft_replay import fixed_k, replay_ms  # noqa: E402
 from codecue_bench.engine_bench import request_kind  # noqa: E402
 from codecue_bench.side_by_side import first_line_done  # noqa: E402
 from engine.drafters import ModelDrafter  # noqa: E402
@@ -50,30 +51,16 @@ for least, name in CONFIDENCE_BUCKETS:
     print(f"confidence >= {least:.1f}: {right} of {right + wrong} the target's")
 
 costs = engine.costs
-
-
-def replay(rows, keep) -> float:
-    """ms to write rows' tokens when keep(drafted confidences) says whether to draft another."""
-    position, ms = 0, 0.0
-    while position < len(rows):
-        confidences = []
-        while position + len(confidences) < len(rows) and keep(confidences):
-            confidences.append(rows[position + len(confidences)][1])
-        k = len(confidences)
-        accepted = next((i for i in range(k) if rows[position + i][0] != rows[position + i][2]), k)
-        ms += k * costs.draft() + costs.verify(k + 1)
-        position += accepted + 1
-    return ms
-
-
 policy = GainPolicy(costs, ("none", "draft"), 8)
-rules = {f"K={k}": (lambda c, k=k: len(c) < k and (not c or c[-1] >= 0.3)) for k in range(1, 7)}
+rules = {f"K={k}": fixed_k(k) for k in range(1, 7)}
 rules["keep_drafting"] = lambda c: len(c) < 8 and policy.keep_drafting(c)
 kinds = sorted({kind for kind, _ in picks})
 print(f"pass costs: verify {[round(costs.verify(w), 1) for w in range(1, 10)]} ms, draft step {costs.draft():.1f}")
 for name, keep in rules.items():
     ratios = []
     for kind in kinds:
-        alone = sum(len(rows) * costs.verify(1) for k, rows in picks if k == kind)
-        ratios.append(f"{kind} {alone / sum(replay(rows, keep) for k, rows in picks if k == kind):.3f}x")
+        rows = [row for k, kind_rows in picks if k == kind for row in kind_rows]
+        alone = len(rows) * costs.verify(1)
+        drafted = sum(replay_ms(kind_rows, keep, costs.draft(), costs.verify) for k, kind_rows in picks if k == kind)
+        ratios.append(f"{kind} {alone / drafted:.3f}x")
     print(f"{name:14s} " + "  ".join(ratios))
