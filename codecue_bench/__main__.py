@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--max-new-tokens", type=int, default=64)
     eng.add_argument("--k", type=int, default=8, help="upper bound of the adaptive draft length")
     eng.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    eng.add_argument("--rounds", type=int, default=1,
+                     help="run every prompt N times (modes interleaved each time); print each round's ratios")
     eng.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)} (llama_cpp_draft on request)")
     eng.add_argument("--llama-server", metavar="URL", help="a running llama-server to use as the llama_cpp mode")
     eng.add_argument("--warm", action="store_true",

@@ -238,6 +238,22 @@ def by_kind(rows: list[dict], modes: list[str]) -> dict:
     return out
 
 
+def x_target_by_round(rows: list[dict], modes: list[str]) -> dict:
+    """Each mode's ratio to target alone end to end, round by round (`--rounds`), per prompt kind and over all
+    prompts ("all"): {kind: {mode: [ratio of round 1, round 2, ...]}}. A ratio met in one round of several is not
+    met reliably: the spread says how far the host's noise moves it."""
+    rounds = sorted({row["round"] for row in rows})
+    out: dict[str, dict[str, list]] = {}
+    for number in rounds:
+        in_round = [row for row in rows if row["round"] == number]
+        kinds = by_kind(in_round, modes)
+        kinds["all"] = by_kind([{**row, "kind": "all"} for row in in_round], modes)["all"]
+        for kind, per_mode in kinds.items():
+            for mode, t in per_mode.items():
+                out.setdefault(kind, {}).setdefault(mode, []).append(t.get("x_target"))
+    return out
+
+
 @contextlib.contextmanager
 def without_torch_prefill(model):
     """llama.cpp prefills for the duration (engine/torch_prefill.py is set on the model, not per request)."""
@@ -290,9 +306,10 @@ def bench_engine(args) -> dict:
         for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
             run_mode(mode, first_call, 4)
 
-        for n, prompt in enumerate(prompts):
+        rounds = max(1, int(getattr(args, "rounds", 1) or 1))
+        for round_number, n, prompt in ((r + 1, n, p) for r in range(rounds) for n, p in enumerate(prompts)):
             ids = engine.encode_fim(prompt.prefix, prompt.suffix)
-            row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids)}
+            row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids), "round": round_number}
             runs = {mode: run_mode(mode, ids, args.max_new_tokens, request_kind(prompt.kind)) for mode in modes}
             # Only target alone on this very prompt is a reference: without that run nothing is compared (None),
             # and target alone is not compared with itself.
@@ -331,9 +348,9 @@ def bench_engine(args) -> dict:
                 elif same is False:
                     row[mode]["divergence"] = divergence(pair, ids, reference, run.tokens)
             rows.append(row)
-            print(f"[{n + 1}/{len(prompts)}] {prompt.name:32s} " + "  ".join(
-                f"{m} {row[m]['seconds']:.2f}s" for m in modes), file=sys.stderr, flush=True)
-            if n == 0:
+            print(f"[{n + 1}/{len(prompts)}{f' round {round_number}' if rounds > 1 else ''}] {prompt.name:32s} "
+                  + "  ".join(f"{m} {row[m]['seconds']:.2f}s" for m in modes), file=sys.stderr, flush=True)
+            if n == 0 and round_number == 1:
                 print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
 
     from engine.calibrate import machine_here
@@ -342,13 +359,15 @@ def bench_engine(args) -> dict:
               "dtype": pair.activations, "target_weights": pair.target_weights,
               "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
               "pair": args.pair, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": args.k,
-              "warm": warm, "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
+              "warm": warm, "rounds": rounds, "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
+    if rounds > 1:
+        report["x_target_by_round"] = x_target_by_round(rows, modes)
     if V1_MODE in modes:
         report["v1_dtype"] = str(v1_engine(args).pair.activations)
     for mode, t in totals.items():
         report["modes"][mode] = {
             "tokens_per_s": t["new_tokens"] / t["seconds"] if t["seconds"] else 0.0,
-            "ms_per_completion": 1000 * t["seconds"] / len(prompts) if prompts else 0.0,
+            "ms_per_completion": 1000 * t["seconds"] / len(rows) if rows else 0.0,
             "seconds": t["seconds"], "new_tokens": t["new_tokens"],
             "mean_accepted": (t["accepted"] + t["passes"]) / t["passes"] if t["passes"] else None,
             # The passes after the first token, as llama.cpp counts its own decoding (llama.cpp: its own timings).
@@ -466,6 +485,10 @@ def print_table(report: dict) -> None:
     for kind, per_mode in report.get("by_kind", {}).items():
         print(f"  {kind:12s} x target, end to end (decode): " + "  ".join(
             f"{mode} {t.get('x_target', nan):.2f} ({t.get('x_target_decode', nan):.2f})" for mode, t in per_mode.items()))
+    for kind, per_mode in report.get("x_target_by_round", {}).items():
+        print(f"  {kind:12s} x target, round by round: " + "  ".join(
+            f"{mode} {' / '.join(f'{x:.2f}' for x in ratios)} (min {min(ratios):.2f})"
+            for mode, ratios in per_mode.items() if mode != "target" and None not in ratios))
     costs = report.get("pass_costs", {})
     if costs:
         print("pass costs (ms): " + ", ".join(f"{k} {v:.1f}" if k != "draft_cost_ratio" else f"c = {v:.2f}"

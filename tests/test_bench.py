@@ -352,3 +352,56 @@ def test_side_by_side_benches_end_a_single_line_where_the_server_does(text, done
     from codecue_bench.side_by_side import first_line_done
 
     assert first_line_done(text) is done
+
+
+def bench_row(kind: str, round_number: int, target_s: float, auto_s: float, tokens: int = 10) -> dict:
+    return {"name": f"{kind}{round_number}", "kind": kind, "round": round_number,
+            "target": {"seconds": target_s, "tokens": tokens}, "auto": {"seconds": auto_s, "tokens": tokens}}
+
+
+ROUND_CASES = [
+    # (rows, kind, expected auto ratios round by round)
+    ([bench_row("block", 1, 2.0, 1.0), bench_row("block", 2, 2.0, 1.6)], "block", [2.0, 1.25]),
+    # "all" sums each round's prompts: (2 + 1) / (1 + 1) in round 1, (2 + 3) / (2 + 0.5) in round 2
+    ([bench_row("block", 1, 2.0, 1.0), bench_row("line", 1, 1.0, 1.0),
+      bench_row("block", 2, 2.0, 2.0), bench_row("line", 2, 3.0, 0.5)], "all", [1.5, 2.0]),
+    ([bench_row("block", 1, 2.0, 1.0), bench_row("line", 1, 1.0, 1.0),
+      bench_row("block", 2, 2.0, 2.0), bench_row("line", 2, 3.0, 0.5)], "line", [1.0, 6.0]),
+    # tokens count: a mode that writes fewer tokens in the same time is slower per token
+    ([bench_row("block", 1, 1.0, 1.0) | {"auto": {"seconds": 1.0, "tokens": 5}}], "block", [0.5]),
+]
+
+
+@pytest.mark.parametrize("rows, kind, expected", ROUND_CASES)
+def test_x_target_by_round_is_each_rounds_own_ratio(rows, kind, expected):
+    from codecue_bench.engine_bench import x_target_by_round
+
+    by_round = x_target_by_round(rows, ["target", "auto"])
+    assert by_round[kind]["auto"] == pytest.approx(expected)
+    assert by_round[kind]["target"] == [1.0] * len(expected)
+
+
+def test_rounds_run_every_prompt_again_and_report_each_rounds_ratios(tmp_path, monkeypatch, tiny_pair_env, capsys):
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "report.json"
+    assert main(["engine", "--pair", "tiny", "--prompts", str(write_prompts(tmp_path)), "--max-new-tokens", "8",
+                 "--modes", "target,speculative", "--warm", "--rounds", "3", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["per_prompt"]
+    assert report["rounds"] == 3 and report["prompts"] == 2
+    assert [(row["round"], row["name"]) for row in rows] == [(r, name) for r in (1, 2, 3) for name in ("add", "rep")]
+    # every round writes the same tokens: the rounds differ only in time
+    assert len({(row["name"], row["target"]["tokens"], row["speculative"]["tokens"]) for row in rows}) == 2
+    target = report["modes"]["target"]
+    assert target["ms_per_completion"] == pytest.approx(1000 * target["seconds"] / 6)
+    by_round = report["x_target_by_round"]
+    assert set(by_round) == {row["kind"] for row in rows} | {"all"}
+    for kind, per_mode in by_round.items():
+        assert len(per_mode["speculative"]) == 3 and per_mode["target"] == [1.0] * 3
+        for number, ratio in enumerate(per_mode["speculative"], start=1):
+            mine = [row for row in rows if row["round"] == number and kind in ("all", row["kind"])]
+            rate = {mode: sum(row[mode]["tokens"] for row in mine) / sum(row[mode]["seconds"] for row in mine)
+                    for mode in ("target", "speculative")}
+            assert ratio == pytest.approx(rate["speculative"] / rate["target"], rel=0.01)
+    assert "x target, round by round: speculative" in capsys.readouterr().out
