@@ -32,6 +32,7 @@ from .interrupt import PassCancelled
 from .quant import PREFILL_ROWS
 
 MAX_TOKENS = 16  # passes up to this many new tokens (decode, verification, the calibration's widths)
+ROPE_TABLE_MIN = 1024  # positions in the first RoPE table; it doubles past the longest context reached
 
 
 def enabled() -> bool:
@@ -78,6 +79,7 @@ class LeanStep:
         inner, config = model.model, model.config
         self.embed, self.final_norm, self.lm_head = inner.embed_tokens, inner.norm, model.lm_head
         self.rotary = inner.rotary_emb
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [positions, head_dim]
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         fused: dict[tuple, list] = {}  # layers that share modules (the calibration's cycled depth) share fusions
@@ -88,6 +90,19 @@ class LeanStep:
                            if kernels else None)
         self.native = native_layers(kernels, self.layers, config, self.torch_ops.scaling) if kernels else None
 
+    def rope(self, x: torch.Tensor, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [n, head_dim] at positions start..: rows of a table the rotary module computed for positions
+        0.. at once (a row is what the module gives for its position alone, bitwise: tests/test_engine_lean_step.py).
+        Why: the module's ~10 small ops run right after a pass has streamed its weights out of the caches, and cost
+        ~0.17 ms of a 0.5B draft step's ~8.6 (docs/benchmarks.md, forty-fourth); a table's rows are two views."""
+        end = start + n
+        table = self._rope_table
+        if table is None or end > table[0].shape[0] or table[0].dtype != x.dtype or table[0].device != x.device:
+            size = max(ROPE_TABLE_MIN, 1 << (end - 1).bit_length())
+            cos, sin = self.rotary(x, torch.arange(size, device=x.device)[None])
+            table = self._rope_table = (cos[0], sin[0])
+        return table[0][start:end], table[1][start:end]
+
     @torch.inference_mode()
     def __call__(self, cache, new_ids: list[int], start: int, want: str, cancelled=None) -> torch.Tensor | None:
         """One pass over new_ids at positions start.. after what `cache` (a DynamicCache) holds. want: "all" |
@@ -96,14 +111,14 @@ class LeanStep:
         n = len(new_ids)
         device = self.embed.weight.device
         x = self.embed(torch.tensor(new_ids, dtype=torch.long, device=device))  # [n, hidden]
-        positions = torch.arange(start, start + n, device=device)
-        cos, sin = self.rotary(x, positions[None])
+        cos, sin = self.rope(x, start, n)
         ops = self.kernel_ops if self.kernel_ops is not None and x.dtype == torch.float32 else self.torch_ops
         mask = None
         if n > 1 and ops is self.torch_ops:  # new token i sees the cache and new tokens 0..i (the C++ op knows)
+            positions = torch.arange(start, start + n, device=device)
             seen = torch.arange(start + n, device=device)[None, :] <= positions[:, None]
             mask = torch.zeros(seen.shape, dtype=x.dtype, device=device).masked_fill_(~seen, float("-inf"))
-        pass_ = PassInputs(cos[0], sin[0], mask, start)
+        pass_ = PassInputs(cos, sin, mask, start)
         native = (self.native if ops is self.kernel_ops and n < PREFILL_ROWS and native_layers_wanted()
                   and all(hasattr(layer, "reserve") for layer in cache.layers) else None)
         if native is not None:  # the cache's dtype and shape, for a buffer it grows

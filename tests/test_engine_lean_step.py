@@ -117,3 +117,28 @@ def test_models_it_does_not_handle_run_through_transformers(monkeypatch):
     model = tiny()
     model.config.use_sliding_window = True
     assert lean_step.lean_step_for(model) is None
+
+
+@pytest.mark.parametrize("hidden, heads", [(64, 4), (896, 14), (1536, 12)])  # the tiny model's, the 0.5B's, the 1.5B's
+def test_rope_rows_come_from_a_table_bitwise_the_rotary_modules(hidden, heads):
+    from transformers import Qwen2Config
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    config = Qwen2Config(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=2,
+                         max_position_embeddings=32768, rope_theta=1000000.0)
+    step = lean_step.LeanStep.__new__(lean_step.LeanStep)  # only its rope table: no model needed
+    step.rotary, step._rope_table = Qwen2RotaryEmbedding(config), None
+    x = torch.zeros(1, hidden)
+    for start, n in [(0, 1), (40, 4), (299, 9), (1020, 9), (1023, 1), (5000, 16), (3, 2)]:
+        cos, sin = step.rope(x, start, n)
+        want_cos, want_sin = step.rotary(x, torch.arange(start, start + n)[None])
+        assert torch.equal(cos, want_cos[0]) and torch.equal(sin, want_sin[0]), (start, n)
+    # the table doubled to cover position 5015 once, and is not rebuilt for positions it holds
+    table = step._rope_table
+    assert table[0].shape[0] == 8192
+    step.rope(x, 100, 8)
+    assert step._rope_table is table
+    # another activation dtype gets its own table
+    cos, _ = step.rope(x.to(torch.bfloat16), 7, 2)
+    assert cos.dtype == torch.bfloat16
+    assert torch.equal(cos, step.rotary(x.to(torch.bfloat16), torch.arange(7, 9)[None])[0][0])
