@@ -31,6 +31,8 @@ def fixed_k(k: int, least_confidence: float = 0.3) -> Callable[[list[float]], bo
     return lambda confidences: len(confidences) < k and (not confidences or confidences[-1] >= least_confidence)
 
 
-def speedup(rows: Sequence[Row], keep, draft_ms: float, verify_ms: Callable[[int], float]) -> float:
-    """Target alone's time for rows (one one-token pass a token) over the drafted replay's."""
-    return len(rows) * verify_ms(1) / replay_ms(rows, keep, draft_ms, verify_ms)
+def speedup(completions: Sequence[Sequence[Row]], keep, draft_ms: float, verify_ms: Callable[[int], float]) -> float:
+    """Target alone's time for the completions' tokens (one one-token pass a token) over the drafted replay's, each
+    completion replayed on its own: a round never drafts past its completion's end into the next."""
+    alone = sum(len(rows) for rows in completions) * verify_ms(1)
+    return alone / sum(replay_ms(rows, keep, draft_ms, verify_ms) for rows in completions)

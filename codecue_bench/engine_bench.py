@@ -306,7 +306,7 @@ def bench_engine(args) -> dict:
         for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
             run_mode(mode, first_call, 4)
 
-        rounds = max(1, int(getattr(args, "rounds", 1) or 1))
+        rounds = max(1, args.rounds)
         for round_number, n, prompt in ((r + 1, n, p) for r in range(rounds) for n, p in enumerate(prompts)):
             ids = engine.encode_fim(prompt.prefix, prompt.suffix)
             row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids), "round": round_number}

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codecue_bench.draft_replay import fixed_k, replay_ms  # noqa: E402
+from codecue_bench.draft_replay import fixed_k, speedup  # noqa: E402
 from codecue_bench.engine_bench import request_kind  # noqa: E402
 from codecue_bench.side_by_side import first_line_done  # noqa: E402
 from engine.drafters import ModelDrafter  # noqa: E402
@@ -59,8 +59,6 @@ print(f"pass costs: verify {[round(costs.verify(w), 1) for w in range(1, 10)]} m
 for name, keep in rules.items():
     ratios = []
     for kind in kinds:
-        rows = [row for k, kind_rows in picks if k == kind for row in kind_rows]
-        alone = len(rows) * costs.verify(1)
-        drafted = sum(replay_ms(kind_rows, keep, costs.draft(), costs.verify) for k, kind_rows in picks if k == kind)
-        ratios.append(f"{kind} {alone / drafted:.3f}x")
+        completions = [rows for k, rows in picks if k == kind]
+        ratios.append(f"{kind} {speedup(completions, keep, costs.draft(), costs.verify):.3f}x")
     print(f"{name:14s} " + "  ".join(ratios))

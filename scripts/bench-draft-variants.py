@@ -24,7 +24,7 @@ from codecue_bench.engine_bench import request_kind  # noqa: E402
 from codecue_bench.side_by_side import first_line_done  # noqa: E402
 from engine import draft_vocab  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.models import load_pair  # noqa: E402
+from engine.models import load_config, load_pair  # noqa: E402
 from engine.types import CompletionRequest  # noqa: E402
 
 BITS_NOW = 5.0  # the vnni4 format: 4 bits, fp16 scale and min per 32 weights
@@ -85,7 +85,7 @@ VARIANTS = {
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "bench-prompts.jsonl"
     prompts = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    engine = Engine(load_pair("default", device="cpu", dtype=None, with_draft=True))
+    engine = Engine(load_pair("default", device="cpu", dtype=None, with_draft=False))  # target alone writes
     costs = engine.costs
     written = []
     for prompt in prompts:
@@ -99,7 +99,8 @@ def main() -> None:
     linears = {name: module for name, module in model.model.layers.named_modules()
                if isinstance(module, torch.nn.Linear)}
     dense = {name: module.weight.detach().clone() for name, module in linears.items()}
-    head_bytes = draft_vocab.wanted(16384) * model.config.hidden_size * BITS_NOW / 8
+    head_rows = draft_vocab.wanted(load_config().pair("default").draft_vocab)
+    head_bytes = head_rows * model.config.hidden_size * BITS_NOW / 8
     layer_params = {name: weight.numel() for name, weight in dense.items()}
     base_bytes = sum(layer_params.values()) * BITS_NOW / 8 + head_bytes
     print(f"pass costs: target {[round(costs.verify(w), 1) for w in (1, 2, 4, 9)]} ms at 1 / 2 / 4 / 9 tokens, "
@@ -121,25 +122,26 @@ def main() -> None:
                 hooks.append(module.register_forward_pre_hook(WeakGroupsSkipped(skipped_groups[kind])))
                 weight_bits *= 1 - skipped_groups[kind]
             step_bytes += layer_params[lname] * weight_bits / 8
-        rows_by_kind: dict[str, list] = {}
+        completions_by_kind: dict[str, list] = {}  # kind -> each completion's rows
         with torch.inference_mode():
             for kind, seen, tokens in written:
                 draft_vocab.cover(model, seen + tokens)
                 logits = model(input_ids=torch.tensor([seen + tokens[:-1]])).logits[0, len(seen) - 1:].float()
                 probs = torch.softmax(logits, dim=-1)
                 picks = logits.argmax(-1).tolist()
-                rows_by_kind.setdefault(kind, []).extend(
-                    (pick, float(probs[i, pick]), token) for i, (pick, token) in enumerate(zip(picks, tokens)))
+                completions_by_kind.setdefault(kind, []).append(
+                    [(pick, float(probs[i, pick]), token) for i, (pick, token) in enumerate(zip(picks, tokens))])
         for hook in hooks:
             hook.remove()
         step_ms = costs.draft() * step_bytes / base_bytes
-        every = [row for rows in rows_by_kind.values() for row in rows]
-        right = sum(pick == token for pick, _, token in every)
+        every = [rows for completions in completions_by_kind.values() for rows in completions]
+        right = sum(pick == token for rows in every for pick, _, token in rows)
+        positions = sum(len(rows) for rows in every)
         ratios = []
-        for kind, rows in sorted(rows_by_kind.items()) + [("all", every)]:
-            best = max(range(1, 9), key=lambda k: speedup(rows, fixed_k(k), step_ms, costs.verify))
-            ratios.append(f"{kind} {speedup(rows, fixed_k(best), step_ms, costs.verify):.2f}x (K={best})")
-        print(f"{name:48s} right {right}/{len(every)} ({right / len(every):.1%}), step {step_ms:.1f} ms: "
+        for kind, completions in sorted(completions_by_kind.items()) + [("all", every)]:
+            best = max(range(1, 9), key=lambda k: speedup(completions, fixed_k(k), step_ms, costs.verify))
+            ratios.append(f"{kind} {speedup(completions, fixed_k(best), step_ms, costs.verify):.2f}x (K={best})")
+        print(f"{name:48s} right {right}/{positions} ({right / positions:.1%}), step {step_ms:.1f} ms: "
               + "  ".join(ratios), flush=True)
     model.model.layers = torch.nn.ModuleList(layers)
     model.config.num_hidden_layers = len(layers)

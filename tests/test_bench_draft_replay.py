@@ -34,8 +34,16 @@ def test_a_low_confidence_draft_ends_the_round():
 
 def test_speedup_is_target_alone_over_the_replay():
     rows = [RIGHT] * 8
-    assert speedup(rows, fixed_k(7), 9.0, verify) == pytest.approx(8 * 30.0 / (7 * 9 + 44.0))
-    assert speedup(rows, fixed_k(0), 9.0, verify) == pytest.approx(1.0)
+    assert speedup([rows], fixed_k(7), 9.0, verify) == pytest.approx(8 * 30.0 / (7 * 9 + 44.0))
+    assert speedup([rows], fixed_k(0), 9.0, verify) == pytest.approx(1.0)
     # a dearer draft step lowers it; a wrong draft model lowers it below 1
-    assert speedup(rows, fixed_k(7), 12.0, verify) < speedup(rows, fixed_k(7), 9.0, verify)
-    assert speedup([WRONG] * 8, fixed_k(3), 9.0, verify) < 1.0
+    assert speedup([rows], fixed_k(7), 12.0, verify) < speedup([rows], fixed_k(7), 9.0, verify)
+    assert speedup([[WRONG] * 8], fixed_k(3), 9.0, verify) < 1.0
+
+
+def test_each_completion_is_replayed_on_its_own():
+    # two completions of 4: a round each (4 drafts, up to the completion's last token, and a 5-wide verify); run
+    # together, the first round of 7 drafts would have drafted across the first completion's end
+    assert speedup([[RIGHT] * 4, [RIGHT] * 4], fixed_k(7), 9.0, verify) == pytest.approx(
+        8 * 30.0 / (2 * (4 * 9 + 38.0)))
+    assert speedup([[RIGHT] * 8], fixed_k(7), 9.0, verify) > speedup([[RIGHT] * 4] * 2, fixed_k(7), 9.0, verify)
