@@ -12,12 +12,15 @@ quantizes the activations once; the three modules' buffers become views into the
 twice. Other formats run their modules one by one. Per token the arithmetic is transformers' own (the tests compare
 logits); both modes of the engine pass through here, so speculation stays exact against target alone.
 
-Native layers: in a float32 model whose projections are all vnni layers, each decoder layer of a pass below
-PREFILL_ROWS tokens is one C++ call (engine/kernels/lean_layer.cpp) running the same kernels in the same order, so
-the logits are bitwise those of the layer written out here; the Python calls between the kernels cost ~0.2 ms a
-layer on 2 cores, a fifth of a 0.5B draft token (docs/benchmarks.md, eighteenth).
+Native pass: in a float32 model whose projections are all vnni layers, a pass below PREFILL_ROWS tokens is one C++
+call (engine/kernels/lean_layer.cpp: the embedding, every layer, the final norm) running the same kernels in the same
+order, so the logits are bitwise those of the layers written out here; the Python calls between the kernels cost
+~0.2 ms a layer on 2 cores, a fifth of a 0.5B draft token (docs/benchmarks.md, eighteenth), and what was left of them
+between the layers ~2 % of a draft step (forty-fifth). The weights it streams sit in one arena in the order it reads
+them, on 2 MB pages where the OS grants them (engine/weight_arena.py).
 
-`CODECUE_LEAN=0` turns the lean step off, `CODECUE_LEAN=python` keeps its Python layers (benchmarks compare them).
+`CODECUE_LEAN=0` turns the lean step off, `CODECUE_LEAN=python` keeps its Python layers (benchmarks compare them);
+`CODECUE_WEIGHT_ARENA=0` leaves the weights where they were loaded.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from torch import nn
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, rotate_half
 
 from .interrupt import PassCancelled
+from .kv_layers import commit_all, reserved_buffers
 from .quant import PREFILL_ROWS
 
 MAX_TOKENS = 16  # passes up to this many new tokens (decode, verification, the calibration's widths)
@@ -37,6 +41,11 @@ ROPE_TABLE_MIN = 1024  # positions in the first RoPE table; it doubles past the 
 
 def enabled() -> bool:
     return os.environ.get("CODECUE_LEAN", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def arena_wanted() -> bool:
+    """CODECUE_WEIGHT_ARENA=0 leaves the weights where they were loaded (benchmarks compare the two)."""
+    return os.environ.get("CODECUE_WEIGHT_ARENA", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def native_layers_wanted() -> bool:
@@ -85,10 +94,14 @@ class LeanStep:
         fused: dict[tuple, list] = {}  # layers that share modules (the calibration's cycled depth) share fusions
         self.layers = [LeanLayer(layer, fused) for layer in inner.layers]
         kernels = kernels_for(model)
+        if kernels and arena_wanted():
+            gather_streamed_weights(self.layers, model)
         self.torch_ops = TorchOps(self.heads, self.kv_heads, self.head_dim)
         self.kernel_ops = (KernelOps(kernels, self.heads, self.kv_heads, self.head_dim, uses_silu(config))
                            if kernels else None)
-        self.native = native_layers(kernels, self.layers, config, self.torch_ops.scaling) if kernels else None
+        self.native = (native_model(kernels, self.layers, config, self.torch_ops.scaling, self.embed, self.final_norm)
+                       if kernels else None)
+        self.kv_like = self.embed.weight.new_empty((1, self.kv_heads, 1, self.head_dim))  # the cache's dtype, shape
 
     def rope(self, x: torch.Tensor, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [n, head_dim] at positions start..: rows of a table the rotary module computed for positions
@@ -109,6 +122,15 @@ class LeanStep:
         "last" | "none". Raises PassCancelled between layers once cancelled() is true (earlier layers hold the
         pass's keys and values: the caller cuts them back)."""
         n = len(new_ids)
+        if self.native is not None and n < PREFILL_ROWS and native_layers_wanted():
+            buffers = reserved_buffers(cache, start + n, self.kv_like)
+            if buffers is not None:
+                cos, sin = self.rope(self.kv_like, start, n)
+                h, layers_run = self.native.run(new_ids, start, cos, sin, *buffers, want != "none", cancelled)
+                if layers_run < len(self.layers):
+                    raise PassCancelled
+                commit_all(cache, start + n)
+                return None if h is None else self.lm_head(h[-1:] if want == "last" else h)
         device = self.embed.weight.device
         x = self.embed(torch.tensor(new_ids, dtype=torch.long, device=device))  # [n, hidden]
         cos, sin = self.rope(x, start, n)
@@ -119,21 +141,11 @@ class LeanStep:
             seen = torch.arange(start + n, device=device)[None, :] <= positions[:, None]
             mask = torch.zeros(seen.shape, dtype=x.dtype, device=device).masked_fill_(~seen, float("-inf"))
         pass_ = PassInputs(cos, sin, mask, start)
-        native = (self.native if ops is self.kernel_ops and n < PREFILL_ROWS and native_layers_wanted()
-                  and all(hasattr(layer, "reserve") for layer in cache.layers) else None)
-        if native is not None:  # the cache's dtype and shape, for a buffer it grows
-            like = x.new_empty((1, self.kv_heads, n, self.head_dim))
         delta = None  # the last layer's MLP output, added to x with the next norm
         for index, layer in enumerate(self.layers):
             if cancelled is not None and cancelled():
                 raise PassCancelled
-            cache_layer = cache.layers[index]
-            if native is not None:
-                k_buf, v_buf = cache_layer.reserve(start + n, like)
-                delta = native[index].step(x, delta, pass_.cos, pass_.sin, k_buf, v_buf, start)
-                cache_layer.commit(start + n)
-            else:
-                delta = layer(ops, x, delta, pass_, cache_layer)
+            delta = layer(ops, x, delta, pass_, cache.layers[index])
         if want == "none":
             return None
         h = ops.add_norm(x, delta, self.final_norm)
@@ -241,9 +253,19 @@ class KernelOps(TorchOps):
         return self.kernels.decode_attention(q, keys, values, self.scaling)
 
 
+def native_model(kernels, layers: list[LeanLayer], config, scaling: float, embed, final_norm):
+    """The whole pass as one C++ call (engine/kernels/lean_layer.cpp) where every projection is a vnni layer, the
+    MLP's activation is SiLU and the embedding and norms are float32; None otherwise (the Python layers run)."""
+    built = native_layers(kernels, layers, config, scaling)
+    weights = (embed.weight, final_norm.weight)
+    if (built is None or type(embed) is not nn.Embedding
+            or any(w.dtype != torch.float32 or not w.is_contiguous() for w in weights)):
+        return None
+    return kernels.NativeModel(built, embed.weight, final_norm.weight, final_norm.variance_epsilon)
+
+
 def native_layers(kernels, layers: list[LeanLayer], config, scaling: float) -> list | None:
-    """Each layer as one C++ call (engine/kernels/lean_layer.cpp) where every projection is a vnni layer and the
-    MLP's activation is SiLU; None otherwise (the Python layers run)."""
+    """Each layer as one C++ object where every projection is a vnni layer and the MLP's activation is SiLU."""
     from .vnni import VnniLinear
 
     def projections(module):
@@ -265,6 +287,22 @@ def native_layers(kernels, layers: list[LeanLayer], config, scaling: float) -> l
                                          layer.mlp_norm.variance_epsilon, *parts, config.num_attention_heads,
                                          config.num_key_value_heads, scaling))
     return built
+
+
+def gather_streamed_weights(layers: list["LeanLayer"], model) -> None:
+    """The vnni weights a short pass streams, into one arena in the order the pass reads them (engine/weight_arena.py):
+    each layer's q/k/v, o, gate/up and down, then the head. Every other vnni module views the same bytes."""
+    from .vnni import VnniLinear
+    from .weight_arena import move_into_arena, return_freed_memory
+
+    streamed = []
+    for layer in layers:
+        for module in (layer.qkv, layer.o, layer.gate_up, layer.down):
+            streamed += module.modules if isinstance(module, Concatenated) else [module]
+    streamed.append(model.lm_head)
+    owners = [m for m in streamed if type(m) is VnniLinear]
+    if move_into_arena(owners + [m for m in model.modules() if type(m) is VnniLinear]):
+        return_freed_memory()
 
 
 def uses_silu(config) -> bool:

@@ -427,6 +427,12 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
         order = (draft_vocab.frequency_order(tokenizer, home or codecue_home())
                  if rows and spec.draft_vocab_order == "frequency" else None)
         draft_vocab.trim(draft, rows, order)
+    if not compiled:
+        from .lean_step import lean_step_for
+
+        for model in (target, draft):  # built now: its weights move into one arena while loading, not in a request
+            if model is not None:
+                lean_step_for(model)
     return LoadedPair(spec=spec, target=target, draft=draft, tokenizer=tokenizer, device=dev, dtype=target_dtype,
                       target_weights=choice.target_weights, draft_weights=choice.draft_weights if load_draft else None,
                       draft_dtype=draft_dtype, costs=costs, calibration=cal, choice=choice, compiled=compiled)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from engine.kvcache import GrowingLayer, TrackedCache, new_dynamic_cache
+from engine.kv_layers import GrowingLayer, new_dynamic_cache
+from engine.kvcache import TrackedCache
 from engine_helpers import random_prompt, tiny_model
 
 # (tokens added, or a negative crop): across the first buffer's 256 tokens and its growth by a quarter and more

@@ -1,13 +1,16 @@
-"""The lean step's native layers (engine/kernels/lean_layer.cpp): each decoder layer of a short pass of a float32
-vnni model in one C++ call. Same kernels, same order: the logits must be bitwise those of the layer written out in
-Python (CODECUE_LEAN=python), a verify pass must give each token what one-token passes give, and models whose
-layers the C++ layer does not cover must keep the Python layers."""
+"""The lean step's native pass (engine/kernels/lean_layer.cpp): a whole short pass of a float32 vnni model in one C++
+call. Same kernels, same order: the logits must be bitwise those of the layers written out in Python
+(CODECUE_LEAN=python), a verify pass must give each token what one-token passes give, the cache must grow under it,
+and models whose layers the C++ layer does not cover must keep the Python layers."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+from transformers.cache_utils import DynamicLayer
+
 from engine import lean_step
+from engine.kv_layers import new_dynamic_cache, reserved_buffers
 from engine.kvcache import TrackedCache
 from engine.quant import apply_weight_format
 from engine.vnni import VnniLinear
@@ -120,3 +123,68 @@ def test_a_cancel_stops_a_native_pass_between_layers_and_keeps_the_cache_valid(m
         fresh = TrackedCache(model)
         fresh.forward(prompt[:40], logits="none")
         assert torch.equal(after, fresh.forward(prompt[40:43]))
+
+
+def test_a_native_pass_past_the_caches_room_grows_it_and_gives_the_python_layers_logits(monkeypatch):
+    """The cache's buffers hold 256 tokens after a 250-token prefill: one-token passes on to 262 make every layer
+    grow, and the native pass must write into the new buffers (reserved_buffers' lists are made again)."""
+    model = vnni_model("vnni4")
+    prompt = random_prompt(12, 262)
+
+    def decode(lean: str) -> list[torch.Tensor]:
+        monkeypatch.setenv("CODECUE_LEAN", lean)
+        cache = TrackedCache(model)
+        with torch.inference_mode():
+            cache.forward(prompt[:250], logits="none")
+            assert cache.cache.layers[0].buffers[0].shape[-2] == 256
+            out = [cache.forward([token]) for token in prompt[250:]]
+            assert cache.cache.layers[-1].buffers[0].shape[-2] > 256
+        return out
+    want = decode("python")
+    python_calls = spy_on_python_layers(monkeypatch)
+    got = decode("1")
+    assert not python_calls
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_the_buffer_lists_are_kept_until_a_layer_grows():
+    model = vnni_model()
+    cache = new_dynamic_cache(model.config)
+    like = torch.empty(1, model.config.num_key_value_heads, 1, 8)
+    keys, values = reserved_buffers(cache, 10, like)
+    assert len(keys) == len(values) == len(cache.layers) and keys[0].shape[-2] == 256
+    again = reserved_buffers(cache, 200, like)
+    assert again[0] is keys and again[1] is values  # no layer was asked again
+    grown = reserved_buffers(cache, 300, like)
+    assert grown[0] is not keys and all(k.shape[-2] >= 300 for k in grown[0])
+    mixed = new_dynamic_cache(model.config)
+    mixed.layers = [mixed.layers[0], DynamicLayer(), *mixed.layers[2:]]  # not a GrowingLayer: no native pass there
+    assert reserved_buffers(mixed, 10, like) is None
+
+
+def test_a_native_pass_refuses_a_token_outside_the_vocabulary_and_the_cache_stays_usable(monkeypatch):
+    monkeypatch.setenv("CODECUE_LEAN", "1")
+    model = vnni_model()
+    prompt = random_prompt(13, 45)
+    with torch.inference_mode():
+        cache = TrackedCache(model)
+        cache.forward(prompt[:40], logits="none")
+        with pytest.raises(RuntimeError, match="outside the vocabulary"):
+            cache.forward([model.config.vocab_size + 3])
+        cache.forward(prompt[:40], logits="none")  # the failed pass started the cache afresh
+        fresh = TrackedCache(model)
+        fresh.forward(prompt[:40], logits="none")
+        assert torch.equal(cache.forward(prompt[40:42]), fresh.forward(prompt[40:42]))
+
+
+def test_an_error_in_the_cancel_check_comes_out_of_a_native_pass(monkeypatch):
+    monkeypatch.setenv("CODECUE_LEAN", "1")
+    model = vnni_model()
+
+    def broken():
+        raise ValueError("the cancel check broke")
+    with torch.inference_mode():
+        cache = TrackedCache(model)
+        cache.forward(random_prompt(14, 40), logits="none")
+        with pytest.raises(ValueError, match="cancel check broke"):
+            cache.forward([5], cancelled=broken)

@@ -6,6 +6,10 @@
 // bitwise those of the Python layer (tests/test_engine_lean_layer.py).
 #include <torch/extension.h>
 
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -61,6 +65,52 @@ struct NativeLayer {
   }
 };
 
+// A whole short pass in one call (engine/lean_step.py, `NativeModel`): the embedding rows, every layer's step and the
+// final norm. Why: between two layers the Python loop ran the cancel check, the cache's bookkeeping and the call's
+// argument parsing, right after the layer had streamed its weights out of the caches (each touched Python object a
+// miss): ~9 % of a 0.5B draft step (docs/benchmarks.md, forty-fifth). The GIL is released while the layers run (the
+// server's thread answers meanwhile) and taken back only to ask `cancelled` between two layers.
+struct NativeModel {
+  std::vector<NativeLayer> layers;
+  torch::Tensor embed;  // [vocab, hidden] float32
+  torch::Tensor final_norm;
+  double final_eps;
+
+  // ids: the pass's tokens at positions start..; cos, sin: RoPE's rows for them (lean_step.py's table); k_bufs and
+  // v_bufs: each layer's cache buffers with room for start + n rows; cancelled: None or a callable asked before each
+  // layer. Returns the final norm's rows [n, hidden] (none when `normed` is false) and how many layers ran: fewer than
+  // all when cancelled() was true (those layers' keys and values are in the buffers, uncommitted).
+  std::tuple<c10::optional<torch::Tensor>, int64_t> run(const std::vector<int64_t>& ids, int64_t start,
+                                                        const torch::Tensor& cos, const torch::Tensor& sin,
+                                                        const std::vector<torch::Tensor>& k_bufs,
+                                                        const std::vector<torch::Tensor>& v_bufs, bool normed,
+                                                        pybind11::object cancelled) const {
+    namespace py = pybind11;
+    const int64_t n = static_cast<int64_t>(ids.size()), vocab = embed.size(0), hidden = embed.size(1);
+    const size_t count = layers.size();
+    TORCH_CHECK(k_bufs.size() == count && v_bufs.size() == count, "one key and one value buffer per layer");
+    for (int64_t id : ids) TORCH_CHECK(id >= 0 && id < vocab, "token id ", id, " is outside the vocabulary");
+    const bool asks = !cancelled.is_none();
+    py::gil_scoped_release released;
+    auto x = torch::empty({n, hidden}, torch::kFloat32);
+    const float* rows = embed.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(x.data_ptr<float>() + i * hidden, rows + ids[i] * hidden, hidden * sizeof(float));
+    c10::optional<torch::Tensor> delta;
+    for (size_t index = 0; index < count; ++index) {
+      if (asks) {
+        py::gil_scoped_acquire held;
+        const int stop = PyObject_IsTrue(cancelled().ptr());
+        if (stop < 0) throw py::error_already_set();
+        if (stop) return {c10::nullopt, static_cast<int64_t>(index)};
+      }
+      delta = layers[index].step(x, delta, cos, sin, k_bufs[index], v_bufs[index], start);
+    }
+    if (!normed) return {c10::nullopt, static_cast<int64_t>(count)};
+    return {add_rms_norm(x, *delta, final_norm, final_eps), static_cast<int64_t>(count)};
+  }
+};
+
 void bind_lean_layer(pybind11::module& mod) {
   namespace py = pybind11;
   py::class_<Projection>(mod, "Projection", py::module_local())  // two builds may share a process
@@ -76,4 +126,12 @@ void bind_lean_layer(pybind11::module& mod) {
                            std::move(gate_up), std::move(down), heads, kv_heads, scaling};
       }))
       .def("step", &NativeLayer::step, "one decoder layer of a short pass (see lean_layer.cpp)");
+  py::class_<NativeModel>(mod, "NativeModel", py::module_local())
+      .def(py::init([](std::vector<NativeLayer> layers, torch::Tensor embed, torch::Tensor final_norm,
+                       double final_eps) {
+        TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == torch::kFloat32 && embed.is_contiguous(),
+                    "the embedding is a contiguous float32 matrix");
+        return NativeModel{std::move(layers), embed, final_norm, final_eps};
+      }))
+      .def("run", &NativeModel::run, "a whole short pass: embedding, every layer, the final norm (see lean_layer.cpp)");
 }
