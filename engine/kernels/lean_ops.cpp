@@ -473,8 +473,14 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
   TORCH_CHECK(weight.scalar_type() == torch::kFloat32 && weight.is_contiguous() && weight.numel() == x.size(1),
               "weight must be float32 [width]");
   auto out = torch::empty_like(x);
-  norm_rows(x.data_ptr<float>(), weight.data_ptr<float>(), x.size(0), x.size(1), static_cast<float>(eps),
-            out.data_ptr<float>());
+  const int64_t width = x.size(1);
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  // A row per thread in a verify pass (one token: no fork); a row's arithmetic is the same on any thread.
+  at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {
+    norm_rows(xp + begin * width, weight.data_ptr<float>(), end - begin, width, static_cast<float>(eps),
+              op + begin * width);
+  });
   return out;
 }
 
@@ -483,12 +489,24 @@ torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor w
   check_rows(x, "x");
   check_rows(delta, "delta");
   TORCH_CHECK(delta.sizes() == x.sizes(), "delta must match x");
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat32 && weight.is_contiguous() && weight.numel() == x.size(1),
+              "weight must be float32 [width]");
   float* xp = x.data_ptr<float>();
   const float* dp = delta.data_ptr<float>();
-  const int64_t total = x.numel();
+  const int64_t width = x.size(1);
+  auto out = torch::empty_like(x);
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {  // as rms_norm: rows apart
+    for (int64_t r = begin; r < end; ++r) {
+      float* xr = xp + r * width;
+      const float* dr = dp + r * width;
 #pragma omp simd
-  for (int64_t i = 0; i < total; ++i) xp[i] += dp[i];
-  return rms_norm(x, weight, eps);
+      for (int64_t c = 0; c < width; ++c) xr[c] += dr[c];
+    }
+    norm_rows(xp + begin * width, weight.data_ptr<float>(), end - begin, width, static_cast<float>(eps),
+              op + begin * width);
+  });
+  return out;
 }
 
 namespace {
@@ -530,10 +548,12 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   auto out = torch::empty({n, width}, torch::kFloat32);
   const float* src = gate_up.data_ptr<float>();
   float* dst = out.data_ptr<float>();
-  for (int64_t r = 0; r < n; ++r) {
-    const float* row = src + r * 2 * width;
-    silu_mul_row(row, row + width, width, dst + r * width);
-  }
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {  // a row per thread in a verify pass (~6 us a row)
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = src + r * 2 * width;
+      silu_mul_row(row, row + width, width, dst + r * width);
+    }
+  });
   return out;
 }
 
