@@ -39,13 +39,17 @@ MAX_TOKENS = 16  # passes up to this many new tokens (decode, verification, the 
 ROPE_TABLE_MIN = 1024  # positions in the first RoPE table; it doubles past the longest context reached
 
 
+def switched_on(variable: str) -> bool:
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
 def enabled() -> bool:
-    return os.environ.get("CODECUE_LEAN", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switched_on("CODECUE_LEAN")
 
 
 def arena_wanted() -> bool:
     """CODECUE_WEIGHT_ARENA=0 leaves the weights where they were loaded (benchmarks compare the two)."""
-    return os.environ.get("CODECUE_WEIGHT_ARENA", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switched_on("CODECUE_WEIGHT_ARENA")
 
 
 def native_layers_wanted() -> bool:
@@ -291,7 +295,8 @@ def native_layers(kernels, layers: list[LeanLayer], config, scaling: float) -> l
 
 def gather_streamed_weights(layers: list["LeanLayer"], model) -> None:
     """The vnni weights a short pass streams, into one arena in the order the pass reads them (engine/weight_arena.py):
-    each layer's q/k/v, o, gate/up and down, then the head. Every other vnni module views the same bytes."""
+    each layer's q/k/v, o, gate/up and down, then the head; after them the model's other vnni modules (the views of
+    these that prefill calls, a trimmed draft head's rows)."""
     from .vnni import VnniLinear
     from .weight_arena import move_into_arena, return_freed_memory
 

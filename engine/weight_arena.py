@@ -4,8 +4,8 @@ where the OS grants them (Linux: MADV_HUGEPAGE).
 Why: a one-token pass of the 0.5B draft model reads 224 MB in ~100 kernel calls, most of them under 3 MB. In 4 KB
 pages each call starts cold: the hardware prefetchers stop at every page boundary and a page walk waits on each TLB
 miss, so the small calls (q/k/v, o) streamed at ~20 GB/s where the large ones reached ~38 (docs/benchmarks.md,
-forty-fifth). Moved here, side by side in one process: draft step -6.5 %, target one-token pass -2.8 %. The
-arithmetic is untouched: every tensor is the same bytes, viewed at its new address.
+forty-fifth). Moved here, side by side in one process (scripts/bench-weight-arena.py): draft step -6 to -8 %, target
+one-token pass -4 to -6 %. The arithmetic is untouched: every tensor is the same bytes, viewed at its new address.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-// One decoder layer of a short pass in one call (engine/lean_step.py, `NativeLayer`): the same kernels and ops as
-// the layer written out in Python (vnni_linear.cpp's linear, lean_ops.cpp's norms, RoPE, attention and
+// A short pass in one call (engine/lean_step.py): each decoder layer a `NativeLayer`, the whole pass a `NativeModel`
+// (below), with the same kernels and ops as the layer written out in Python (vnni_linear.cpp's linear, lean_ops.cpp's norms, RoPE, attention and
 // SwiGLU), called from here. Why: on 2 cores a small model's one-token pass spends a quarter of its time between the
 // kernels (Python calls, argument parsing, module lookups: ~0.2 ms a layer for the 0.5B, 24 layers a pass), which is
 // most of what a draft token costs beyond streaming its weights. Same arithmetic in the same order: the logits are
@@ -7,8 +7,6 @@
 #include <torch/extension.h>
 
 #include <cstring>
-#include <optional>
-#include <stdexcept>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -94,8 +92,8 @@ struct NativeModel {
     py::gil_scoped_release released;
     auto x = torch::empty({n, hidden}, torch::kFloat32);
     const float* rows = embed.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(x.data_ptr<float>() + i * hidden, rows + ids[i] * hidden, hidden * sizeof(float));
+    float* xp = x.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) std::memcpy(xp + i * hidden, rows + ids[i] * hidden, hidden * sizeof(float));
     c10::optional<torch::Tensor> delta;
     for (size_t index = 0; index < count; ++index) {
       if (asks) {
@@ -124,13 +122,13 @@ void bind_lean_layer(pybind11::module& mod) {
                        std::vector<Projection> down, int64_t heads, int64_t kv_heads, double scaling) {
         return NativeLayer{attn_norm, mlp_norm, attn_eps, mlp_eps, std::move(qkv), std::move(o),
                            std::move(gate_up), std::move(down), heads, kv_heads, scaling};
-      }))
-      .def("step", &NativeLayer::step, "one decoder layer of a short pass (see lean_layer.cpp)");
+      }));  // its step runs inside NativeModel::run
   py::class_<NativeModel>(mod, "NativeModel", py::module_local())
       .def(py::init([](std::vector<NativeLayer> layers, torch::Tensor embed, torch::Tensor final_norm,
                        double final_eps) {
         TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == torch::kFloat32 && embed.is_contiguous(),
                     "the embedding is a contiguous float32 matrix");
+        TORCH_CHECK(!layers.empty(), "a model has at least one layer");
         return NativeModel{std::move(layers), embed, final_norm, final_eps};
       }))
       .def("run", &NativeModel::run, "a whole short pass: embedding, every layer, the final norm (see lean_layer.cpp)");

@@ -466,22 +466,35 @@ void norm_rows(const float* x, const float* weight, int64_t rows, int64_t width,
   }
 }
 
-}  // namespace
-
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
-  check_rows(x, "x");
+// out = rms_norm(x + delta) row by row, x updated in place where delta is given. A row per thread in a verify pass
+// (one token: no fork); a row's arithmetic is the same on any thread.
+torch::Tensor norm_rows_apart(torch::Tensor x, const float* delta, const torch::Tensor& weight, double eps) {
   TORCH_CHECK(weight.scalar_type() == torch::kFloat32 && weight.is_contiguous() && weight.numel() == x.size(1),
               "weight must be float32 [width]");
   auto out = torch::empty_like(x);
   const int64_t width = x.size(1);
-  const float* xp = x.data_ptr<float>();
+  float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  // A row per thread in a verify pass (one token: no fork); a row's arithmetic is the same on any thread.
   at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {
+    if (delta != nullptr) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* xr = xp + r * width;
+        const float* dr = delta + r * width;
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) xr[c] += dr[c];
+      }
+    }
     norm_rows(xp + begin * width, weight.data_ptr<float>(), end - begin, width, static_cast<float>(eps),
               op + begin * width);
   });
   return out;
+}
+
+}  // namespace
+
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+  check_rows(x, "x");
+  return norm_rows_apart(x, nullptr, weight, eps);
 }
 
 // x += delta (the residual stream, in place), then returns rms_norm(x).
@@ -489,24 +502,7 @@ torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor w
   check_rows(x, "x");
   check_rows(delta, "delta");
   TORCH_CHECK(delta.sizes() == x.sizes(), "delta must match x");
-  TORCH_CHECK(weight.scalar_type() == torch::kFloat32 && weight.is_contiguous() && weight.numel() == x.size(1),
-              "weight must be float32 [width]");
-  float* xp = x.data_ptr<float>();
-  const float* dp = delta.data_ptr<float>();
-  const int64_t width = x.size(1);
-  auto out = torch::empty_like(x);
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {  // as rms_norm: rows apart
-    for (int64_t r = begin; r < end; ++r) {
-      float* xr = xp + r * width;
-      const float* dr = dp + r * width;
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) xr[c] += dr[c];
-    }
-    norm_rows(xp + begin * width, weight.data_ptr<float>(), end - begin, width, static_cast<float>(eps),
-              op + begin * width);
-  });
-  return out;
+  return norm_rows_apart(x, delta.data_ptr<float>(), weight, eps);
 }
 
 namespace {
