@@ -1,6 +1,6 @@
 // A short pass in one call (engine/lean_step.py): each decoder layer a `NativeLayer`, the whole pass a `NativeModel`
-// (below), with the same kernels and ops as the layer written out in Python (vnni_linear.cpp's linear, lean_ops.cpp's norms, RoPE, attention and
-// SwiGLU), called from here. Why: on 2 cores a small model's one-token pass spends a quarter of its time between the
+// (below), with the same kernels and ops as the layer written out in Python (vnni_linear.cpp's linear, lean_ops.cpp's
+// norms, RoPE, attention and SwiGLU), called from here. Why: on 2 cores a small model's one-token pass spends a quarter of its time between the
 // kernels (Python calls, argument parsing, module lookups: ~0.2 ms a layer for the 0.5B, 24 layers a pass), which is
 // most of what a draft token costs beyond streaming its weights. Same arithmetic in the same order: the logits are
 // bitwise those of the Python layer (tests/test_engine_lean_layer.py).
