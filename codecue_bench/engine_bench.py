@@ -20,7 +20,7 @@ from unittest import mock
 from engine import torch_thread
 from engine.models import ModelsError
 
-from . import llama_cpp
+from . import bandwidth, llama_cpp
 
 # "auto" is CodeCue's default configuration: the drafter chosen by expected gain (engine/policy.py).
 # "auto_llamacpp_prefill": the same with llama.cpp prefilling too, where the default prefills in torch
@@ -306,10 +306,12 @@ def bench_engine(args) -> dict:
         for mode in modes:  # first calls pay one-time costs (allocations, kernel selection): keep them out
             run_mode(mode, first_call, 4)
 
+        probe = bandwidth.BandwidthProbe()
         rounds = max(1, args.rounds)
         for round_number, n, prompt in ((r + 1, n, p) for r in range(rounds) for n, p in enumerate(prompts)):
             ids = engine.encode_fim(prompt.prefix, prompt.suffix)
-            row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids), "round": round_number}
+            row = {"name": prompt.name, "kind": prompt.kind, "prompt_tokens": len(ids), "round": round_number,
+                   "bandwidth_gbs": round(torch_thread.run(probe), 1)}
             runs = {mode: run_mode(mode, ids, args.max_new_tokens, request_kind(prompt.kind)) for mode in modes}
             # Only target alone on this very prompt is a reference: without that run nothing is compared (None),
             # and target alone is not compared with itself.
@@ -362,6 +364,7 @@ def bench_engine(args) -> dict:
               "warm": warm, "rounds": rounds, "modes": {}, "per_prompt": rows, "by_kind": by_kind(rows, modes)}
     if rounds > 1:
         report["x_target_by_round"] = x_target_by_round(rows, modes)
+        report["bandwidth_gbs_by_round"] = bandwidth.by_round(rows)
     if V1_MODE in modes:
         report["v1_dtype"] = str(v1_engine(args).pair.activations)
     for mode, t in totals.items():
@@ -489,6 +492,9 @@ def print_table(report: dict) -> None:
         print(f"  {kind:12s} x target, round by round: " + "  ".join(
             f"{mode} {' / '.join(f'{x:.2f}' for x in ratios)} (min {min(ratios):.2f})"
             for mode, ratios in per_mode.items() if mode != "target" and None not in ratios))
+    if report.get("bandwidth_gbs_by_round"):
+        print("  memory bandwidth before each prompt, median of each round (GB/s): "
+              + " / ".join(f"{x:.1f}" for x in report["bandwidth_gbs_by_round"]))
     costs = report.get("pass_costs", {})
     if costs:
         print("pass costs (ms): " + ", ".join(f"{k} {v:.1f}" if k != "draft_cost_ratio" else f"c = {v:.2f}"

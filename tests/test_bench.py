@@ -404,4 +404,10 @@ def test_rounds_run_every_prompt_again_and_report_each_rounds_ratios(tmp_path, m
             rate = {mode: sum(row[mode]["tokens"] for row in mine) / sum(row[mode]["seconds"] for row in mine)
                     for mode in ("target", "speculative")}
             assert ratio == pytest.approx(rate["speculative"] / rate["target"], rel=0.01)
-    assert "x target, round by round: speculative" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "x target, round by round: speculative" in printed
+    # the host's memory bandwidth, probed before each prompt, read beside each round's ratios
+    assert all(row["bandwidth_gbs"] > 0 for row in rows)
+    per_round = [[row["bandwidth_gbs"] for row in rows if row["round"] == number] for number in (1, 2, 3)]
+    assert report["bandwidth_gbs_by_round"] == [round((a + b) / 2, 1) for a, b in per_round]  # two prompts a round
+    assert "memory bandwidth before each prompt, median of each round (GB/s): " in printed
