@@ -6,6 +6,10 @@ every call's numbers must be bitwise equal (a kernel change that alters them is 
                                                    # (avx-vnni-on-avx512: the AVX-VNNI path, engine/vnni.py)
     [--rows 1,2,4,9]: rows per call (default: 1,9,64,512)
     [--timing-only]: no equality check, for timing-only builds (e.g. one that leaves the float epilogue out)
+    [--passes [--context 300] [--rounds 30]]: whole short passes of the real pair instead of single layers: the
+        target's 1 / 2 / 4 / 9 tokens and the draft model's steps of 1 and 2 (6 each, heads included) after
+        --context tokens, each model's native pass and head through the build under test, the builds alternating
+        round by round, every round's logits equal (docs/benchmarks.md, forty-sixth). Prints medians.
 
 The revision's engine/kernels/*.cpp are built as a second extension under another name ($CODECUE_HOME/extensions,
 ~1 minute the first time). Prints old and new best ms and the best and median of old ÷ new (> 1: faster now).
@@ -13,6 +17,7 @@ The revision's engine/kernels/*.cpp are built as a second extension under anothe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import statistics
 import subprocess
@@ -64,6 +69,72 @@ def seconds(call, repeats: int) -> float:
     return (time.perf_counter() - started) / repeats
 
 
+@contextlib.contextmanager
+def through(build, steps: list):
+    """Both models' native passes (their lean steps) and their heads' kernel calls (vnni.kernel) on `build`."""
+    kernel, natives = vnni.kernel, [step.native for step, _ in steps]
+    vnni.kernel = lambda march=None: build
+    for step, by_build in steps:
+        step.native = by_build[id(build)]
+    try:
+        yield
+    finally:
+        vnni.kernel = kernel
+        for (step, _), native in zip(steps, natives):
+            step.native = native
+
+
+def passes(old, new, context: int, rounds: int) -> int:
+    from engine import draft_vocab, lean_step
+    from engine.kvcache import TrackedCache
+    from engine.models import load_pair
+
+    pair = load_pair("default", with_draft=True)
+    steps = []
+    for model in (pair.target, pair.draft):
+        step = lean_step.lean_step_for(model)
+        steps.append((step, {id(build): lean_step.native_model(build, step.layers, model.config,
+                                                               step.torch_ops.scaling, step.embed, step.final_norm)
+                             for build in (old, new)}))
+    ids = torch.randint(100, 15000, (context + 16,), generator=torch.Generator().manual_seed(1)).tolist()
+    target, draft = TrackedCache(pair.target), TrackedCache(pair.draft)
+    widths = {"T1": 1, "T2": 2, "T4": 4, "T9": 9, "D1": 1, "D2": 2}
+    times = {build: {name: [] for name in widths} for build in ("old", "new")}
+    reference = None
+    with torch.inference_mode():
+        target.forward(ids[:context], logits="none")
+        draft.forward(ids[:context], logits="none")
+        draft_vocab.cover(pair.draft, ids)
+        for number in range(rounds + 2):  # the first two rounds warm up, untimed
+            for name, build in (("old", old), ("new", new)) if number % 2 else (("new", new), ("old", old)):
+                logits = []
+                with through(build, steps):
+                    for key in ("T9", "T4", "T2", "T1"):
+                        started = time.perf_counter()
+                        logits.append(target.forward(ids[context:context + widths[key]]))
+                        times[name][key].append(time.perf_counter() - started)
+                        target.truncate(context)
+                    for key in ("D1", "D2"):
+                        width = widths[key]
+                        for i in range(6):
+                            started = time.perf_counter()
+                            with draft_vocab.reached_logits(pair.draft):
+                                logits.append(draft.forward(ids[context + i * width:context + (i + 1) * width],
+                                                            logits="last"))
+                            times[name][key].append(time.perf_counter() - started)
+                        draft.truncate(context)
+                reference = reference or logits
+                if not all(torch.equal(a, b) for a, b in zip(logits, reference)):
+                    print(f"round {number}: the {name} build's logits differ")
+                    return 1
+    for key in widths:
+        old_ms, new_ms = (1000 * statistics.median(times[name][key][2 * (6 if key[0] == "D" else 1):])
+                          for name in ("old", "new"))
+        label = f"{'target' if key[0] == 'T' else 'draft'} {widths[key]} token(s)"
+        print(f"{label:18s} old {old_ms:7.3f} ms, new {new_ms:7.3f} ms ({(new_ms - old_ms) / old_ms:+.1%})")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", default="HEAD~1")
@@ -73,10 +144,17 @@ def main() -> int:
                         help="rows per call, comma-separated")
     parser.add_argument("--timing-only", action="store_true",
                         help="time a build whose numbers differ (an experiment that leaves work out)")
+    parser.add_argument("--passes", action="store_true", help="whole passes of the real pair (see above)")
+    parser.add_argument("--context", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     old, new = build_at(args.rev, args.march), vnni.kernel(args.march)
     print(f"{args.rev} vs working tree, {new.simd()} build, {args.threads} threads")
+    if args.passes:
+        from engine import torch_thread
+
+        return torch_thread.run(passes, old, new, args.context, args.rounds)
     for n, k, bits in LAYERS:
         lin = layer(n, k, bits)
         call_args = (lin.packed, lin.d, lin.m, n, lin.group, bits, lin.per_channel, True)

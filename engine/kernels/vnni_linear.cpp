@@ -65,8 +65,8 @@ constexpr int64_t kBlocksPerTake = 4;  // the fewest blocks a thread takes at a 
 // (1 / 4 / 9 tokens), where the hardware prefetcher alone left a single stream per core at ~13 GB/s. Asked for as
 // non-temporal (prefetchnta; the scales too, prefetch_scales): read once a pass, they no longer push out of the
 // caches what the pass reads again -- the KV cache, the activations, the draft model's trimmed head. On a Zen 4
-// (docs/benchmarks.md, forty-sixth) a 0.5B draft step ran 3-6 % faster after 300 tokens (2 % after 1,500), the
-// 1.5B's one-token pass 1-3 %.
+// (docs/benchmarks.md, forty-sixth) a 0.5B draft step ran 3-6 % faster after 300 tokens (~2 % after 1,500), the
+// 1.5B's one-token pass 1-3 % after 300 tokens and level after 1,500.
 constexpr int kPrefetchBytes = 4096;
 
 inline void prefetch(const uint8_t* p) { __builtin_prefetch(p + kPrefetchBytes, 0, 0); }
