@@ -7,6 +7,7 @@ So target alone gets faster when the host has bandwidth to spare and the specula
 ratio is read with the bandwidth it was measured at."""
 from __future__ import annotations
 
+import statistics
 import time
 
 PROBE_BYTES = 128 << 20  # four times this machine's L3: every read comes from memory
@@ -33,14 +34,10 @@ class BandwidthProbe:
         return self.buffer.numel() * 4 / best / 1e9
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def by_round(rows: list[dict]) -> list[float]:
     """The median of each round's `bandwidth_gbs` (rows without one left out), rounds in order."""
-    rounds = sorted({row["round"] for row in rows if "bandwidth_gbs" in row})
-    return [round(median([row["bandwidth_gbs"] for row in rows if row["round"] == number and "bandwidth_gbs" in row]),
-                  1) for number in rounds]
+    probed: dict[int, list[float]] = {}
+    for row in rows:
+        if "bandwidth_gbs" in row:
+            probed.setdefault(row["round"], []).append(row["bandwidth_gbs"])
+    return [round(statistics.median(probed[number]), 1) for number in sorted(probed)]

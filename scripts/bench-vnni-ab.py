@@ -107,12 +107,13 @@ def passes(old, new, context: int, rounds: int) -> int:
         draft_vocab.cover(pair.draft, ids)
         for number in range(rounds + 2):  # the first two rounds warm up, untimed
             for name, build in (("old", old), ("new", new)) if number % 2 else (("new", new), ("old", old)):
+                timed = times[name] if number >= 2 else {key: [] for key in widths}
                 logits = []
                 with through(build, steps):
                     for key in ("T9", "T4", "T2", "T1"):
                         started = time.perf_counter()
                         logits.append(target.forward(ids[context:context + widths[key]]))
-                        times[name][key].append(time.perf_counter() - started)
+                        timed[key].append(time.perf_counter() - started)
                         target.truncate(context)
                     for key in ("D1", "D2"):
                         width = widths[key]
@@ -121,15 +122,14 @@ def passes(old, new, context: int, rounds: int) -> int:
                             with draft_vocab.reached_logits(pair.draft):
                                 logits.append(draft.forward(ids[context + i * width:context + (i + 1) * width],
                                                             logits="last"))
-                            times[name][key].append(time.perf_counter() - started)
+                            timed[key].append(time.perf_counter() - started)
                         draft.truncate(context)
                 reference = reference or logits
                 if not all(torch.equal(a, b) for a, b in zip(logits, reference)):
                     print(f"round {number}: the {name} build's logits differ")
                     return 1
     for key in widths:
-        old_ms, new_ms = (1000 * statistics.median(times[name][key][2 * (6 if key[0] == "D" else 1):])
-                          for name in ("old", "new"))
+        old_ms, new_ms = (1000 * statistics.median(times[name][key]) for name in ("old", "new"))
         label = f"{'target' if key[0] == 'T' else 'draft'} {widths[key]} token(s)"
         print(f"{label:18s} old {old_ms:7.3f} ms, new {new_ms:7.3f} ms ({(new_ms - old_ms) / old_ms:+.1%})")
     return 0
