@@ -11,10 +11,14 @@ model's lookup extension, its steps checking lookup guesses): the second bound l
 the draft model's tokens (a step each) and lookup tokens (free: the draft model's catch-up over them is not
 charged), which no policy over these two drafters can beat. Not modelled: the workspace index's lookups. Next to
 the bounds: the best fixed plans, and the mixed bound with the draft model's step at half its cost or with verify
-rows free (as on a bandwidth-bound GPU): which cost would have to fall for a target to come within reach.
+rows free (as on a bandwidth-bound GPU): which cost would have to fall for a target to come within reach; and the
+draft model's ceiling, its best K with every draft right. `--costs-from` prices the same outcomes again at the pass
+costs an engine bench JSON recorded (`codecue-bench engine --json`): on a shared VM the host's memory bandwidth moves
+target alone's one-token pass from minute to minute and not the verify rows, so a bound read at one minute's costs
+says little of another's.
 
     codecue-bench bound [--pair default] [--prompts FILE] [--max-new-tokens 64] [--limit N] [--rounds 2]
-                        [--json OUT]
+                        [--costs-from ENGINE_BENCH.json ...] [--json OUT]
 """
 from __future__ import annotations
 
@@ -123,6 +127,24 @@ def fixed_plan_ms(trace: Trace, costs: Costs, k: int, lookup_first: bool) -> flo
     return ms
 
 
+def every_draft_right_ms(trace: Trace, costs: Costs, k: int) -> float:
+    """The draft model's K tokens each pass as if every one were accepted: its ceiling at these costs, whatever its
+    acceptance."""
+    return fixed_plan_ms(Trace(trace.kind, trace.tokens, [MAX_K] * trace.tokens, [(0, 0)] * trace.tokens), costs, k,
+                         False)
+
+
+def costs_from_bench(path: Path) -> Costs:
+    """The pass costs an engine bench JSON recorded (`pass_costs`: target_1/2/4/9, draft_1, in ms)."""
+    recorded = json.loads(Path(path).read_text()).get("pass_costs") or {}
+    widths = {int(name.split("_")[1]): ms for name, ms in recorded.items()
+              if name.startswith("target_") and isinstance(ms, (int, float))}
+    if 1 not in widths or not isinstance(recorded.get("draft_1"), (int, float)):
+        raise SystemExit(f"codecue-bench bound: {path} has no pass costs (target_1 and draft_1 under \"pass_costs\"); "
+                         "write one with `codecue-bench engine --json FILE`")
+    return Costs(widths, float(recorded["draft_1"]))
+
+
 def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | int]]:
     """Per prompt kind (and "all"): each plan's speed over target alone."""
     # Target alone's passes cost the same in every what-if: only the draft step or the verify rows change.
@@ -138,6 +160,8 @@ def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | i
         best_k = max(by_k, key=by_k.get)
         row["draft model, its best fixed K"] = by_k[best_k]
         row["  (that K)"] = best_k
+        row["draft model, every draft right, its best K"] = max(
+            alone / sum(every_draft_right_ms(t, costs, k) for t in chosen) for k in range(1, MAX_K + 1))
         row["lookup wherever it offers, else target"] = alone / sum(fixed_plan_ms(t, costs, 0, True) for t in chosen)
         row["lookup, else the draft model at that K"] = alone / sum(fixed_plan_ms(t, costs, best_k, True)
                                                                     for t in chosen)
@@ -213,8 +237,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of auto and target alone timed side by side")
+    parser.add_argument("--costs-from", type=Path, action="append", default=[],
+                        help="an engine bench JSON: price the same outcomes at its pass costs too (repeatable)")
     parser.add_argument("--json", help="write the table and the costs here")
     args = parser.parse_args(argv)
+    priced_at = {str(path): costs_from_bench(path) for path in args.costs_from}  # a bad file fails before loading
 
     from engine.calibrate import describe_machine, machine_here
     from engine.engine import Engine
@@ -229,15 +256,25 @@ def main(argv: list[str]) -> int:
     prompts = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
     prompts = prompts[:args.limit] if args.limit else prompts
     costs = measured_costs(pair, engine)
-    table = speedups(record(engine, prompts, args.max_new_tokens), costs)
+    traces = record(engine, prompts, args.max_new_tokens)
+    table = speedups(traces, costs)
     for kind, ratio in measured_auto(engine, prompts, args.max_new_tokens, args.rounds).items():
         table[kind]["auto (the default), measured"] = ratio
     print(f"pass costs, ms: target {', '.join(f'{w}: {ms:.1f}' for w, ms in costs.verify_ms.items())}; "
           f"draft model step {costs.draft_ms:.1f}")
     print_table(table)
+    elsewhere = {}
+    for path, other in priced_at.items():
+        print(f"\nthe same outcomes priced at {path}'s pass costs, ms: target "
+              f"{', '.join(f'{w}: {ms:.1f}' for w, ms in sorted(other.verify_ms.items()))}; draft model step "
+              f"{other.draft_ms:.1f}")
+        elsewhere[path] = {"verify_ms": other.verify_ms, "draft_ms": other.draft_ms,
+                           "speedups": speedups(traces, other)}
+        print_table(elsewhere[path]["speedups"])
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine, "verify_ms": costs.verify_ms,
-                                               "draft_ms": costs.draft_ms, "speedups": table}, indent=2))
+                                               "draft_ms": costs.draft_ms, "speedups": table,
+                                               "priced_at": elsewhere}, indent=2))
     return 0
 
 

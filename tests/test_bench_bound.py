@@ -1,11 +1,13 @@
 """`codecue-bench bound`: the clairvoyant plan over the drafters' outcomes, the fixed plans beside it, and the
 recording of those outcomes on a tiny pair."""
+import json
 import random
 
 import pytest
 
-from codecue_bench.bound_bench import (Costs, Trace, fastest_ms, fixed_plan_ms, lookup_outcomes, measured_auto,
-                                       mixed_fastest_ms, record, runs_of_right, speedups)
+from codecue_bench.bound_bench import (Costs, Trace, costs_from_bench, every_draft_right_ms, fastest_ms, fixed_plan_ms,
+                                       lookup_outcomes, main, measured_auto, mixed_fastest_ms, record, runs_of_right,
+                                       speedups)
 from engine_helpers import reference_greedy, tiny_engine
 
 FLAT = Costs({1: 10.0, 2: 10.0}, 0.0)  # verify rows free, drafting free: only target passes count
@@ -126,6 +128,44 @@ def test_speedups_per_kind_and_the_what_ifs():
         assert table[kind]["mixed bound, draft step x0.5"] >= mixed - 1e-9
         assert table[kind]["mixed bound, verify rows free"] >= mixed - 1e-9
         assert table[kind]["bound"] >= table[kind]["lookup, else the draft model at that K"] - 1e-9
+        ceiling = table[kind]["draft model, every draft right, its best K"]
+        assert ceiling >= table[kind]["draft model, its best fixed K"] - 1e-9
+    # A draft model that is never right still has its ceiling: 6 tokens in one pass of 5 drafts, 5 x 4 + 35 ms.
+    assert table["line"]["draft model, every draft right, its best K"] == pytest.approx(60.0 / 55.0)
+
+
+EVERY_RIGHT = [  # (tokens, K, ms at STEEP: each pass K steps of 4 ms and a verify K + 1 wide, 10 + 5 ms a row)
+    (18, 8, 2 * (8 * 4 + 50)),
+    (6, 2, 2 * (2 * 4 + 20)),
+    (6, 5, 5 * 4 + 35),
+    (1, 3, 3 * 4 + 25),  # the last pass is charged whole, past the completion's end too
+]
+
+
+@pytest.mark.parametrize("tokens, k, expected", EVERY_RIGHT)
+def test_every_draft_right_prices_full_passes_whatever_the_model_got_right(tokens, k, expected):
+    never_right = trace([0] * tokens)
+    assert every_draft_right_ms(never_right, STEEP, k) == pytest.approx(expected)
+    assert every_draft_right_ms(trace(runs_of_right([True] * tokens)), STEEP, k) == pytest.approx(expected)
+
+
+def test_costs_from_an_engine_bench_json(tmp_path):
+    recorded = tmp_path / "bench.json"
+    recorded.write_text(json.dumps({"pass_costs": {"context": 116, "target_1": 27.3, "target_2": 29.1,
+                                                   "target_4": 34.7, "target_9": 56.7, "draft_1": 6.8,
+                                                   "draft_cost_ratio": 0.25}}))
+    costs = costs_from_bench(recorded)
+    assert costs.verify_ms == {1: 27.3, 2: 29.1, 4: 34.7, 9: 56.7}
+    assert costs.draft_ms == 6.8
+    assert costs.verify(6) == pytest.approx(34.7 + 2 * (56.7 - 34.7) / 5)
+
+
+@pytest.mark.parametrize("content", ['{"pass_costs": {"target_1": 27.3}}', '{"modes": ["target"]}'])
+def test_costs_from_a_file_without_them_names_the_command_before_loading_anything(tmp_path, content):
+    recorded = tmp_path / "bench.json"
+    recorded.write_text(content)
+    with pytest.raises(SystemExit, match="codecue-bench engine --json"):
+        main(["--costs-from", str(recorded)])
 
 
 @pytest.mark.parametrize("draft", ["same", "random"])
