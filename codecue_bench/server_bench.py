@@ -26,11 +26,17 @@ from .timing import latency_summary, ms, percentile
 
 
 def typing_plan(text: str, keystrokes: int) -> tuple[int, int, str, str]:
-    """Cursor: start of the line nearest the middle; the rest of that line (up to `keystrokes` characters) is what
-    gets "typed". Returns (offset of the cursor, its line, the typed characters, the document before typing)."""
-    start = text.rfind("\n", 0, len(text) // 2) + 1
-    line = text.count("\n", 0, start)
-    typed = text[start:text.find("\n", start) if "\n" in text[start:] else len(text)][:keystrokes]
+    """Cursor: start of the line nearest the middle that has code on it (a blank middle line would give nothing to
+    type: the bench measured the cold request alone); that line (up to `keystrokes` characters) is what gets
+    "typed". Returns (offset of the cursor, its line, the typed characters, the document before typing)."""
+    lines = text.split("\n")
+    middle = text.count("\n", 0, len(text) // 2)
+    with_code = [i for i, line in enumerate(lines) if line.strip()]
+    if not with_code:
+        raise SystemExit("codecue-bench server: the file has no line to type (every line is blank)")
+    line = min(with_code, key=lambda i: (abs(i - middle), i))
+    start = sum(len(before) + 1 for before in lines[:line])
+    typed = lines[line][:keystrokes]
     return start, line, typed, text[:start] + text[start + len(typed):]
 
 

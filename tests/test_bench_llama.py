@@ -113,6 +113,29 @@ def test_engine_bench_runs_llama_cpp_as_a_mode_on_the_same_prompt_ids(fake, tmp_
     assert report["modes"]["lookup"]["identical_to_target"]
 
 
+TYPING_PLANS = [  # (text, keystrokes, the typed characters, their line)
+    ("a = 1\nb = 2\nc = 3\n", 16, "b = 2", 1),
+    ("a = 1\n\n\nd = 4\n", 3, "d =", 3),  # the middle line is blank: the nearest with code
+    ("a = 1\n\n\n\nd = 4\n", 3, "a =", 0),  # two as near: the earlier
+    ("x = 1\n" + "\n" * 8 + "y = 2\n", 5, "y = 2", 9),
+    ("def f():\n    pass\n\n\n\n\nx = f()\n", 6, "    pa", 1),  # its indentation is typed too
+    ("only = 1", 4, "only", 0),
+]
+
+
+@pytest.mark.parametrize("text, keystrokes, typed, line", TYPING_PLANS)
+def test_typing_plan_types_the_line_with_code_nearest_the_middle(text, keystrokes, typed, line):
+    start, got_line, got_typed, doc = typing_plan(text, keystrokes)
+    assert (got_typed, got_line) == (typed, line)
+    assert text[start:start + len(typed)] == typed and text.count("\n", 0, start) == line
+    assert doc == text[:start] + text[start + len(typed):]
+
+
+def test_typing_plan_says_when_a_file_has_nothing_to_type():
+    with pytest.raises(SystemExit, match="no line to type"):
+        typing_plan("\n\n   \n", 16)
+
+
 def test_infill_sends_the_same_keystrokes_as_the_server_bench(fake, tmp_path):
     text = "def f(x):\n    y = x + 1\n    return y * 2\n\n\nprint(f(3))\n"
     start, line, typed, doc = typing_plan(text, 6)
