@@ -136,12 +136,17 @@ def every_draft_right_ms(trace: Trace, costs: Costs, k: int) -> float:
 
 def costs_from_bench(path: Path) -> Costs:
     """The pass costs an engine bench JSON recorded (`pass_costs`: target_1/2/4/9, draft_1, in ms)."""
-    recorded = json.loads(Path(path).read_text()).get("pass_costs") or {}
-    widths = {int(name.split("_")[1]): ms for name, ms in recorded.items()
-              if name.startswith("target_") and isinstance(ms, (int, float))}
+    how_to = "write one with `codecue-bench engine --json FILE`"
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"codecue-bench bound: cannot read {path} as an engine bench JSON ({error}); {how_to}")
+    recorded = (report.get("pass_costs") if isinstance(report, dict) else None) or {}
+    widths = {int(name.removeprefix("target_")): ms for name, ms in recorded.items()
+              if name.removeprefix("target_").isdigit() and isinstance(ms, (int, float))}
     if 1 not in widths or not isinstance(recorded.get("draft_1"), (int, float)):
         raise SystemExit(f"codecue-bench bound: {path} has no pass costs (target_1 and draft_1 under \"pass_costs\"); "
-                         "write one with `codecue-bench engine --json FILE`")
+                         f"{how_to}")
     return Costs(widths, float(recorded["draft_1"]))
 
 

@@ -160,10 +160,12 @@ def test_costs_from_an_engine_bench_json(tmp_path):
     assert costs.verify(6) == pytest.approx(34.7 + 2 * (56.7 - 34.7) / 5)
 
 
-@pytest.mark.parametrize("content", ['{"pass_costs": {"target_1": 27.3}}', '{"modes": ["target"]}'])
+@pytest.mark.parametrize("content", ['{"pass_costs": {"target_1": 27.3}}', '{"modes": ["target"]}', "[1, 2]",
+                                     '{"pass_costs": {"draft_1": 6.8, "target_one": 27.3}}', "not json", None])
 def test_costs_from_a_file_without_them_names_the_command_before_loading_anything(tmp_path, content):
     recorded = tmp_path / "bench.json"
-    recorded.write_text(content)
+    if content is not None:  # None: no such file
+        recorded.write_text(content)
     with pytest.raises(SystemExit, match="codecue-bench engine --json"):
         main(["--costs-from", str(recorded)])
 
