@@ -134,20 +134,28 @@ def every_draft_right_ms(trace: Trace, costs: Costs, k: int) -> float:
                          False)
 
 
+def costs_of(named: dict) -> Costs | None:
+    """Costs from pass times named as codecue_bench.engine_bench.pass_costs names them (target_N for N tokens,
+    draft_1; ms); None without target_1 and draft_1."""
+    widths = {int(name.removeprefix("target_")): ms for name, ms in named.items()
+              if name.removeprefix("target_").isdigit() and isinstance(ms, (int, float))}
+    if 1 not in widths or not isinstance(named.get("draft_1"), (int, float)):
+        return None
+    return Costs(widths, float(named["draft_1"]))
+
+
 def costs_from_bench(path: Path) -> Costs:
-    """The pass costs an engine bench JSON recorded (`pass_costs`: target_1/2/4/9, draft_1, in ms)."""
+    """The pass costs an engine bench JSON recorded (its `pass_costs`)."""
     how_to = "write one with `codecue-bench engine --json FILE`"
     try:
         report = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise SystemExit(f"codecue-bench bound: cannot read {path} as an engine bench JSON ({error}); {how_to}")
-    recorded = (report.get("pass_costs") if isinstance(report, dict) else None) or {}
-    widths = {int(name.removeprefix("target_")): ms for name, ms in recorded.items()
-              if name.removeprefix("target_").isdigit() and isinstance(ms, (int, float))}
-    if 1 not in widths or not isinstance(recorded.get("draft_1"), (int, float)):
+    costs = costs_of((report.get("pass_costs") if isinstance(report, dict) else None) or {})
+    if costs is None:
         raise SystemExit(f"codecue-bench bound: {path} has no pass costs (target_1 and draft_1 under \"pass_costs\"); "
                          f"{how_to}")
-    return Costs(widths, float(recorded["draft_1"]))
+    return costs
 
 
 def speedups(traces: list[Trace], costs: Costs) -> dict[str, dict[str, float | int]]:
@@ -216,7 +224,7 @@ def measured_costs(pair, engine, rounds: int = 3) -> Costs:
     for _ in range(rounds):
         timed = torch_thread.run(pass_costs, pair, ids, MAX_K, 2, False)
         best = {name: min(ms, timed[name]) for name, ms in best.items()}
-    return Costs({n: best[f"target_{n}"] for n in widths}, best["draft_1"])
+    return costs_of(best)
 
 
 def measured_auto(engine, prompts: list[dict], max_new_tokens: int, rounds: int = 2) -> dict[str, float]:
