@@ -28,7 +28,7 @@ models: $(STAMP)
 # Part 1: real snippets through the engine, target alone vs speculative. Part 2: a real typing trace (282
 # keystrokes of HumanEval solutions) replayed at its real timing against the real language server, twice.
 demo: models
-	$(BIN)/python -m engine.demo
+	$(BIN)/python -m engine.testing.demo
 	mkdir -p out
 	$(BIN)/codecue-replay run tests/data/replay_humaneval_demo.jsonl \
 		--compare "target-alone=--drafter none" --compare "speculative=--drafter auto" \
@@ -38,6 +38,7 @@ demo: models
 test: test-python test-editors
 
 test-python: models
+	$(BIN)/lint-imports  # the layering contracts in pyproject.toml (docs/architecture.md)
 	$(BIN)/pytest -q -rs -m "not editor and not remote"
 
 # `codecue-lsp --engine URL` against a real llama-server, alone and from both editors: needs scripts/build-llama-cpp.sh's build (not in `make test`).
@@ -50,11 +51,14 @@ test-editors: $(STAMP)
 
 # On a quiet machine, never in CI: llama.cpp is built once (the peer), then every engine mode next to it on the same
 # GGUF and prompts, and per-keystroke latency of the real server next to llama-server's /infill.
+# Results go to out/, named by what they measure: make cannot know the machine kind, so a result that
+# docs/performance.md keeps is copied by hand to docs/results/<what>-<machine-kind>.json.
 bench: models
 	bash scripts/build-llama-cpp.sh
-	$(BIN)/codecue-bench engine --pair default --json docs/bench-engine.json
-	$(BIN)/codecue-bench server engine/speculative.py --pair default --keystrokes 16 \
-		--json docs/bench-server.json
+	mkdir -p out
+	$(BIN)/codecue-bench engine --pair default --json out/bench-engine.json
+	$(BIN)/codecue-bench server engine/decode/speculative.py --pair default --keystrokes 16 \
+		--json out/bench-server.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -8,6 +8,7 @@
     codecue-bench layout FILE ...                # how often typing makes the prompt start over, per budget
     codecue-bench gpu --out DIR [--tiny]         # GPU per-pass costs and latency with random weights
     codecue-bench bound [--prompts FILE]         # the fastest any drafting policy could be here (a clairvoyant plan)
+    codecue-bench ab --before DIR --after DIR [--rounds 3] [--warm] [-- engine args]   # two checkouts interleaved
 
 llama.cpp is built by scripts/build-llama-cpp.sh into $CODECUE_HOME/llama.cpp/build (never in CI).
 """
@@ -18,9 +19,6 @@ import json
 import signal
 import sys
 
-# What a pass costs depends on how many tokens it attends to, not on what they say.
-CONTEXT_TEXT = "def fibonacci(n):\n"
-
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -29,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["gpu"]:  # a lent GPU has torch and transformers only: import nothing else on the way
         from .gpu import main as gpu_main
         return gpu_main(argv[1:])
+    if argv[:1] == ["ab"]:  # runs the engine bench of two checkouts in child processes: needs nothing loaded here
+        from .ab_bench import main as ab_main
+        return ab_main(argv[1:])
     from .engine_bench import MODES
 
     parser = argparse.ArgumentParser(prog="codecue-bench", description=__doc__,
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     passes.add_argument("--context", type=int, default=1024, help="tokens in the cache before each pass")
     passes.add_argument("--repeats", type=int, default=3)
     passes.add_argument("--lean-ab", action="store_true",
-                        help="each pass also through transformers' forward (CODECUE_LEAN=0) and the lean step's "
-                             "Python layers (CODECUE_LEAN=python), alternating")
+                        help="each pass also through transformers' forward and the lean step's Python layers "
+                             "(EngineOptions.lean_step off / python), alternating")
     # These parse their own arguments.
     sub.add_parser("server", help="LSP latency per keystroke (codecue_bench.server_bench)", add_help=False)
     sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_bench.prompt_bench)",
@@ -77,9 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("gpu", help="GPU pass costs and latency with random weights (codecue_bench.gpu)", add_help=False)
     sub.add_parser("bound", help="the fastest any drafting policy could be here (codecue_bench.bound_bench)",
                    add_help=False)
+    sub.add_parser("ab", help="the engine bench of two checkouts, interleaved in one run (codecue_bench.ab_bench)",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
 
-    from engine.models import ModelsError
+    from engine.store.config import ModelsError
     try:
         if args.command == "server":
             from .server_bench import main as server_main
@@ -97,16 +100,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.command == "passes":
             from engine.engine import Engine
-            from engine.models import load_pair
+            from engine.loading.pair import load_pair
 
-            from .engine_bench import pass_costs
+            from .engine_bench import CONTEXT_TEXT, pass_costs
             pair = load_pair(args.pair, device=args.device, dtype=args.dtype, with_draft=True)
             ids = Engine(pair).encode(CONTEXT_TEXT * (args.context // 2 + 1))[:args.context]
-            from engine import torch_thread  # where load_pair loaded it and the engine would run it
+            from engine.weights import (
+                torch_thread,  # where load_pair loaded it and the engine would run it
+            )
             costs = torch_thread.run(pass_costs, pair, ids, args.k, args.repeats, args.lean_ab)
             print(json.dumps(costs, indent=2))
             return 0
-        from .engine_bench import bench_engine, print_table
+        from .engine_bench import bench_engine
+        from .engine_report import print_table
         report = bench_engine(args)
     except ModelsError as exc:
         print(f"codecue-bench: {exc}", file=sys.stderr)

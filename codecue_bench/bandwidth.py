@@ -1,10 +1,9 @@
 """How fast this host streams memory just now, recorded beside a benchmark's times.
 
-On a shared VM the bandwidth a process gets moves from minute to minute (this project's Zen 4: a 128 MB read ran at
-33-35 GB/s in some minutes and 50-55 in others, docs/benchmarks.md, forty-sixth), and it moves the modes apart: a
-one-token pass streams its weights and follows the bandwidth, a verify pass is bound by its arithmetic and does not.
-So target alone gets faster when the host has bandwidth to spare and the speculative modes' ratio to it falls; a
-ratio is read with the bandwidth it was measured at."""
+On a shared VM the bandwidth a process gets moves from minute to minute (docs/performance.md), and it moves the
+modes apart: a one-token pass streams its weights and follows the bandwidth, a verify pass is bound by its arithmetic
+and does not. So target alone gets faster when the host has bandwidth to spare and the speculative modes' ratio to it
+falls; a ratio is read with the bandwidth it was measured at."""
 from __future__ import annotations
 
 import statistics

@@ -27,9 +27,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.drafters import LookupDrafter
-from engine.kvcache import common_prefix_length
-from engine.pass_costs import interpolate
+from engine.calibration.measurements import describe_machine, machine_here
+from engine.decode.drafters import LookupDrafter
+from engine.decode.pass_costs import interpolate
+from engine.engine import Engine
+from engine.loading.pair import load_pair
+from engine.types import CompletionRequest
+from engine.weights import draft_vocab, torch_thread
+from engine.weights.prefill_plan import common_prefix_length
+
+from .engine_bench import CONTEXT_TEXT, pass_costs
+from .side_by_side import first_line_done, time_side_by_side
 
 MAX_K = 8
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "docs" / "bench-prompts.jsonl"
@@ -190,10 +198,7 @@ def record(engine, prompts: list[dict], max_new_tokens: int) -> list[Trace]:
     done at every position."""
     import torch
 
-    from engine import draft_vocab
-    from engine.types import CompletionRequest
 
-    from .side_by_side import first_line_done
 
     draft = engine.pair.draft
     traces = []
@@ -214,10 +219,7 @@ def record(engine, prompts: list[dict], max_new_tokens: int) -> list[Trace]:
 def measured_costs(pair, engine, rounds: int = 3) -> Costs:
     """Each pass's best time over a few rounds of all of them: on a noisy machine one slow second would otherwise
     price one width alone (a one-token pass timed at 36 ms next to a 9-token one at 59 made drafting look cheap)."""
-    from engine import torch_thread
 
-    from .__main__ import CONTEXT_TEXT
-    from .engine_bench import pass_costs
     ids = engine.encode(CONTEXT_TEXT * 400)[:512]  # passes after 512 tokens of context, as a hole's are
     widths = (1, 2, 4, MAX_K + 1)
     best = {name: float("inf") for name in [f"target_{n}" for n in widths] + ["draft_1"]}
@@ -231,7 +233,6 @@ def measured_auto(engine, prompts: list[dict], max_new_tokens: int, rounds: int 
     """The engine's default (auto) over target alone per prompt kind, timed as the side-by-side benches time them
     (each prompt made ready untimed first, single lines stopped at their end, the order reversed every other round;
     auto's output must equal target alone's)."""
-    from .side_by_side import time_side_by_side
 
     modes = (("target", "target", "engine", True), ("auto", "auto", "engine", True))
     seconds = time_side_by_side({"engine": engine}, modes, rounds, lines_end=True, prompts=prompts,
@@ -256,9 +257,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     priced_at = {str(path): costs_from_bench(path) for path in args.costs_from}  # a bad file fails before loading
 
-    from engine.calibrate import describe_machine, machine_here
-    from engine.engine import Engine
-    from engine.models import load_pair
 
     pair = load_pair(args.pair, device="cpu", dtype=None, with_draft=True)
     machine = machine_here("cpu")

@@ -11,31 +11,41 @@ llama-server on the same GGUF files, fed the same prompt token ids, greedy, with
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from dataclasses import dataclass
-from unittest import mock
 
-from engine import torch_thread
-from engine.models import ModelsError
+from engine import options
+from engine.calibration.measurements import machine_here
+from engine.decode.kvcache import cache_for
+from engine.engine import Engine
+from engine.loading.pair import load_pair
+from engine.store.config import ModelsError
+from engine.store.fetch import gguf_path
+from engine.types import CompletionRequest
+from engine.weights import torch_thread
 
 from . import bandwidth, llama_cpp
+from .engine_report import add_speedups, by_kind, mode_summary, x_target_by_round
+from .prompts import default_prompts, load_prompts
 
-# "auto" is CodeCue's default configuration: the drafter chosen by expected gain (engine/policy.py).
+# What a pass costs depends on how many tokens it attends to, not on what they say.
+CONTEXT_TEXT = "def fibonacci(n):\n"
+
+# "auto" is CodeCue's default configuration: the drafter chosen by expected gain (engine/decode/policy.py).
 # "auto_llamacpp_prefill": the same with llama.cpp prefilling too, where the default prefills in torch
-# (engine/torch_prefill.py): the previous default, for the ratio.
+# (engine/weights/torch_prefill.py): the previous default, for the ratio.
 MODES = ["target", "auto", "speculative", "lookup", "hybrid", "hf_assisted", "llama_cpp"]
 DRAFTER_OF_MODE = {"target": "none", "auto": "auto", "speculative": "draft", "lookup": "lookup", "hybrid": "hybrid",
                    "auto_llamacpp_prefill": "auto", "target_transformers": "none", "auto_transformers": "auto",
                    "speculative_unextended": "draft", "auto_unextended": "auto",
                    "speculative_whole_prompt": "draft", "auto_whole_prompt": "auto"}
 NO_TORCH_PREFILL = ("auto_llamacpp_prefill",)
-# Short passes through transformers' forward instead of engine/lean_step.py (CODECUE_LEAN=0 for the call).
+# Short passes through transformers' forward instead of engine/weights/lean_step.py (EngineOptions.lean_step).
 NO_LEAN = ("target_transformers", "auto_transformers")
-# The draft model without its lookup extension (CODECUE_DRAFT_EXTENSION=0 for the call).
+# The draft model without its lookup extension (EngineOptions.draft_extension).
 UNEXTENDED = ("speculative_unextended", "auto_unextended")
-# The draft model fed the whole prompt, not the code around the cursor (CODECUE_DRAFT_WINDOW=0 for the call).
+# The draft model fed the whole prompt, not the code around the cursor (EngineOptions.draft_window).
 WHOLE_PROMPT = ("speculative_whole_prompt", "auto_whole_prompt")
 NEED_DRAFT_MODEL = ("speculative", "hybrid", "hf_assisted", "speculative_unextended", "speculative_whole_prompt")
 LLAMA_MODES = ("llama_cpp", "llama_cpp_draft")
@@ -55,7 +65,6 @@ class Run:
 
 def run_own_mode(engine, mode: str, prompt_ids: list[int], max_new_tokens: int, k: int, warm: bool = False,
                  kind: str = "", stop=None) -> Run:
-    from engine.types import CompletionRequest
 
     session = f"bench:{mode}" if warm else None
     if warm:
@@ -141,7 +150,6 @@ def transformers_pair(pair) -> bool:
 def llama_ready(pair) -> bool:
     """True when llama-server is built here and the pair's target GGUF is on disk (pairs without a GGUF, such as
     the tests' tiny pair, have no llama.cpp mode)."""
-    from engine.fetch import gguf_path
 
     spec = pair.spec
     return (llama_cpp.server_binary() is not None and spec.target.gguf_file is not None
@@ -150,7 +158,6 @@ def llama_ready(pair) -> bool:
 
 def start_llama(stack: contextlib.ExitStack, mode: str, args, pair) -> object:
     """An httpx client to the llama-server of a llama mode; the server (when we start it) stops with the stack."""
-    from engine.fetch import gguf_path
 
     if mode == "llama_cpp" and getattr(args, "llama_server", None):
         return stack.enter_context(llama_cpp.http_client(args.llama_server))
@@ -164,7 +171,7 @@ def start_llama(stack: contextlib.ExitStack, mode: str, args, pair) -> object:
     if mode == "llama_cpp_draft":
         if pair.spec.draft is None or not gguf_path(pair.spec.draft).is_file():
             raise ModelsError("llama_cpp_draft needs the pair's draft GGUF: run `codecue-models fetch`")
-        # Draft flags of the pinned llama.cpp (shared/facts.md); K up to args.k, like CodeCue's adaptive K.
+        # Draft flags of the llama.cpp scripts/build-llama-cpp.sh builds; K up to args.k, like CodeCue's adaptive K.
         extra = ("--spec-type", "draft-simple", "-md", str(gguf_path(pair.spec.draft)), "-td",
                  str(args.threads), "--spec-draft-n-max", str(args.k), "--spec-draft-n-min", "0",
                  "--spec-draft-p-min", "0.5")
@@ -190,8 +197,6 @@ _V1_ENGINE = {}
 def v1_engine(args):
     """Dense target and int8 draft in the flag-chosen dtype, hybrid drafter: what `make demo` ran before."""
     if "engine" not in _V1_ENGINE:
-        from engine.engine import Engine
-        from engine.models import load_pair
 
         pair = load_pair(args.pair, device=args.device, dtype=getattr(args, "v1_dtype", None) or v1_dtype(),
                          target_weights="dense",
@@ -205,58 +210,17 @@ def mode_setting(mode: str, pair):
     if mode in NO_TORCH_PREFILL:
         return without_torch_prefill(pair.target)
     if mode in NO_LEAN:
-        return mock.patch.dict(os.environ, CODECUE_LEAN="0")
+        return options.using(lean_step="off")
     if mode in UNEXTENDED:
-        return mock.patch.dict(os.environ, CODECUE_DRAFT_EXTENSION="0")
+        return options.using(draft_extension=False)
     if mode in WHOLE_PROMPT:
-        return mock.patch.dict(os.environ, CODECUE_DRAFT_WINDOW="0")
+        return options.using(draft_window=False)
     return contextlib.nullcontext()
-
-
-def by_kind(rows: list[dict], modes: list[str]) -> dict:
-    """Per prompt kind (line / block / repetitive): each mode's seconds and decode time summed, and its ratio to
-    target alone end to end and in decode (per token: a mode that writes other tokens is compared per token)."""
-    out: dict[str, dict] = {}
-    for row in rows:
-        kind = out.setdefault(row["kind"], {})
-        for mode in modes:
-            run, t = row[mode], kind.setdefault(mode, {"seconds": 0.0, "tokens": 0, "decode_s": 0.0,
-                                                       "decode_tokens": 0})
-            t["seconds"] += run["seconds"]
-            t["tokens"] += run["tokens"]
-            t["decode_s"] += run.get("decode_s", 0.0)
-            t["decode_tokens"] += run.get("decode_tokens", 0)
-    for kind in out.values():
-        base = kind.get("target")
-        for t in kind.values():
-            t["seconds"], t["decode_s"] = round(t["seconds"], 3), round(t["decode_s"], 3)
-            if base and t["tokens"] and t["seconds"]:
-                t["x_target"] = round((t["tokens"] / t["seconds"]) / (base["tokens"] / base["seconds"]), 3)
-            if base and t["decode_s"] and base["decode_s"] and base["decode_tokens"]:
-                t["x_target_decode"] = round((t["decode_tokens"] / t["decode_s"])
-                                             / (base["decode_tokens"] / base["decode_s"]), 3)
-    return out
-
-
-def x_target_by_round(rows: list[dict], modes: list[str]) -> dict:
-    """Each mode's ratio to target alone end to end, round by round (`--rounds`), per prompt kind and over all
-    prompts ("all"): {kind: {mode: [ratio of round 1, round 2, ...]}}. A ratio met in one round of several is not
-    met reliably: the spread says how far the host's noise moves it."""
-    rounds = sorted({row["round"] for row in rows})
-    out: dict[str, dict[str, list]] = {}
-    for number in rounds:
-        in_round = [row for row in rows if row["round"] == number]
-        kinds = by_kind(in_round, modes)
-        kinds["all"] = by_kind([{**row, "kind": "all"} for row in in_round], modes)["all"]
-        for kind, per_mode in kinds.items():
-            for mode, t in per_mode.items():
-                out.setdefault(kind, {}).setdefault(mode, []).append(t.get("x_target"))
-    return out
 
 
 @contextlib.contextmanager
 def without_torch_prefill(model):
-    """llama.cpp prefills for the duration (engine/torch_prefill.py is set on the model, not per request)."""
+    """llama.cpp prefills for the duration (engine/weights/torch_prefill.py is set on the model, not per request)."""
     helper = getattr(model, "torch_prefill", None)
     model.torch_prefill = None
     try:
@@ -266,10 +230,7 @@ def without_torch_prefill(model):
 
 
 def bench_engine(args) -> dict:
-    from engine.engine import Engine
-    from engine.models import load_pair
 
-    from .prompts import default_prompts, load_prompts
 
     # with_draft None: load the draft model only where the calibration says it pays (the default configuration).
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype,
@@ -355,8 +316,6 @@ def bench_engine(args) -> dict:
             if n == 0 and round_number == 1:
                 print(f"    target completion: {engine.decode(reference or [])!r}", file=sys.stderr)
 
-    from engine.calibrate import machine_here
-
     report = {"device": str(pair.device), "machine": machine_here(str(pair.device)),
               "dtype": pair.activations, "target_weights": pair.target_weights,
               "target_prefill": "torch-w8a8" if getattr(pair.target, "torch_prefill", None) else "same as decode",
@@ -368,31 +327,8 @@ def bench_engine(args) -> dict:
     if V1_MODE in modes:
         report["v1_dtype"] = str(v1_engine(args).pair.activations)
     for mode, t in totals.items():
-        report["modes"][mode] = {
-            "tokens_per_s": t["new_tokens"] / t["seconds"] if t["seconds"] else 0.0,
-            "ms_per_completion": 1000 * t["seconds"] / len(rows) if rows else 0.0,
-            "seconds": t["seconds"], "new_tokens": t["new_tokens"],
-            "mean_accepted": (t["accepted"] + t["passes"]) / t["passes"] if t["passes"] else None,
-            # The passes after the first token, as llama.cpp counts its own decoding (llama.cpp: its own timings).
-            "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["split"] and t["decode_s"] > 0 else None,
-            "decode_tokens": t["decode_tokens"] if t["split"] else None,
-            "seconds_decode": t["decode_s"] if t["split"] else None,
-            "seconds_prefill": t["prefill"] if t["split"] else None, "seconds_drafting": t["draft"],
-            "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
-            # Drafted tokens the draft model's lookup extension added, and of those accepted.
-            "extension_drafted": t["extension"], "extension_accepted": t["extension_kept"],
-            # llama.cpp computes in Q4_K_M, CodeCue in its own format: equal output is not expected there.
-            # None: not compared (no target-alone run, or this is target alone).
-            "identical_to_target": all(t["identical"]) if t["identical"] else None}
-    # Ratios of rates: a mode that writes different tokens (llama.cpp) is compared per token.
-    for base in ("target", "hf_assisted", "llama_cpp"):
-        base_rate = report["modes"].get(base, {}).get("tokens_per_s")
-        if base_rate:
-            report[f"speedup_vs_{base}"] = {m: v["tokens_per_s"] / base_rate for m, v in report["modes"].items()}
-    llama_decode = report["modes"].get("llama_cpp", {}).get("decode_tokens_per_s")
-    if llama_decode:
-        report["decode_speedup_vs_llama_cpp"] = {m: v["decode_tokens_per_s"] / llama_decode
-                                                 for m, v in report["modes"].items() if v["decode_tokens_per_s"]}
+        report["modes"][mode] = mode_summary(t, len(rows))
+    add_speedups(report)
     report["pass_costs"] = torch_thread.run(pass_costs, pair, ids, args.k)  # where the engine's passes ran
     engine.close()
     return report
@@ -407,7 +343,6 @@ def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[i
     there (one-token pass): a near-tie flipped by rounding in a wider pass, or a real disagreement."""
     import torch
 
-    from engine.kvcache import cache_for
 
     at = first_difference(reference, tokens)
     with torch.inference_mode():
@@ -420,21 +355,20 @@ def divergence(pair, prompt_ids: list[int], reference: list[int], tokens: list[i
 
 def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3, lean_ab: bool = False) -> dict:
     """Milliseconds of one target pass over 1, 2, ..., K+1 new tokens and of one draft pass, after a prefill.
-    lean_ab: each pass also through transformers' forward (CODECUE_LEAN=0) and through the lean step's Python layers
-    (CODECUE_LEAN=python), the three alternating in this process, as `<name>_transformers` and `<name>_python`,
+    lean_ab: each pass also through transformers' forward (lean_step "off") and through the lean step's Python layers
+    (lean_step "python"), the three alternating in this process, as `<name>_transformers` and `<name>_python`,
     with the ratios `<name>_lean_speedup` (transformers ÷ lean) and `<name>_layer_speedup` (Python ÷ native layers)."""
     import torch
 
-    from engine.kvcache import cache_for
 
-    variants = ({"": "1", "_python": "python", "_transformers": "0"} if lean_ab
-                else {"": os.environ.get("CODECUE_LEAN", "1")})
+    variants = ({"": "native", "_python": "python", "_transformers": "off"} if lean_ab
+                else {"": options.current().lean_step})
 
     def best_ms(cache, name, n, logits):
         times = {suffix: [] for suffix in variants}
         for _ in range(repeats):
             for suffix, lean in variants.items():
-                with mock.patch.dict(os.environ, CODECUE_LEAN=lean):
+                with options.using(lean_step=lean):
                     started = time.perf_counter()
                     cache.forward(prompt_ids[-n:], logits=logits)
                     times[suffix].append(time.perf_counter() - started)
@@ -457,45 +391,3 @@ def pass_costs(pair, prompt_ids: list[int], k: int, repeats: int = 3, lean_ab: b
             best_ms(draft, "draft_1", 1, "last")
             out["draft_cost_ratio"] = out["draft_1"] / out["target_1"]
     return out
-
-
-def not_compared_or(identical: bool | None) -> str:
-    return "n/c" if identical is None else str(identical)
-
-
-def print_table(report: dict) -> None:
-    print(f"\n{report['prompts']} prompts, {report['device']} {report['dtype']}, max {report['max_new_tokens']} "
-          f"new tokens, K<={report['k']}")
-    if report.get("machine"):
-        from engine.calibrate import describe_machine
-
-        print(f"machine: {describe_machine(report['machine'])}")
-    nan = float("nan")
-    print(f"{'mode':16s} {'tok/s':>7s} {'ms/compl':>9s} {'decode tok/s':>13s} {'x target':>9s} "
-          f"{'x hf_assist':>12s} {'x llama.cpp':>12s} {'mean acc':>9s} {'identical':>10s}")
-    for mode, m in report["modes"].items():
-        ratio = {base: report.get(f"speedup_vs_{base}", {}).get(mode, nan)
-                 for base in ("target", "hf_assisted", "llama_cpp")}
-        acc, dec = m["mean_accepted"], m["decode_tokens_per_s"]
-        print(f"{mode:16s} {m['tokens_per_s']:7.2f} {m['ms_per_completion']:9.0f} "
-              f"{dec if dec is not None else nan:13.2f} {ratio['target']:9.2f} {ratio['hf_assisted']:12.2f} "
-              f"{ratio['llama_cpp']:12.2f} {acc if acc is not None else nan:9.2f} "
-              f"{not_compared_or(m['identical_to_target']):>10s}")
-    for row in report.get("per_prompt", []):
-        for mode in report["modes"]:
-            if "divergence" in row.get(mode, {}):
-                print(f"  {mode} differs from target on {row['name']}: {row[mode]['divergence']}")
-    for kind, per_mode in report.get("by_kind", {}).items():
-        print(f"  {kind:12s} x target, end to end (decode): " + "  ".join(
-            f"{mode} {t.get('x_target', nan):.2f} ({t.get('x_target_decode', nan):.2f})" for mode, t in per_mode.items()))
-    for kind, per_mode in report.get("x_target_by_round", {}).items():
-        print(f"  {kind:12s} x target, round by round: " + "  ".join(
-            f"{mode} {' / '.join(f'{x:.2f}' for x in ratios)} (min {min(ratios):.2f})"
-            for mode, ratios in per_mode.items() if mode != "target" and None not in ratios))
-    if report.get("bandwidth_gbs_by_round"):
-        print("  memory bandwidth before each prompt, median of each round (GB/s): "
-              + " / ".join(f"{x:.1f}" for x in report["bandwidth_gbs_by_round"]))
-    costs = report.get("pass_costs", {})
-    if costs:
-        print("pass costs (ms): " + ", ".join(f"{k} {v:.1f}" if k != "draft_cost_ratio" else f"c = {v:.2f}"
-                                              for k, v in costs.items()))

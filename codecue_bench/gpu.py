@@ -12,7 +12,7 @@ speculative loop. With random weights acceptance means nothing, so the script me
     c, and the same with the measured K+1-token verify cost in place of a one-token pass;
   - single-line completion latency p50/p99: a ~1,000-token prompt whose cache holds all but its last ~20 tokens,
     plus 16 new tokens, 30 trials;
-  - all of the above again with the engine's own compiled static steps (engine/compiled.py: StaticCache,
+  - all of the above again with the engine's own compiled static steps (engine/weights/compiled.py: StaticCache,
     torch.compile per pass width, CUDA graphs on a GPU), when compile works (--compile auto: on a GPU only).
 Acceptance comes from CPU runs with the real weights (codecue-bench engine); combine the two for the GPU figure.
 `--tiny` runs the same code on CPU with a tiny config in seconds (the CPU test does that). Writes gpu.json and
@@ -52,7 +52,7 @@ WIDTHS = (1, 2, 4, 8, 16)
 def take_cache_kwarg(model) -> None:
     """The engine passes the KV cache as `cache=` (transformers 5.24); older 5.x releases (the GPU image has 5.17)
     call it `past_key_values` and would silently ignore `cache=`. Renamed on the instance, so the model stays a
-    Qwen2ForCausalLM and the engine's lean step (engine/lean_step.py) still recognises it."""
+    Qwen2ForCausalLM and the engine's lean step (engine/weights/lean_step.py) still recognises it."""
     forward = model.forward
 
     def forward_with_cache(*args, cache=None, **kwargs):
@@ -76,9 +76,9 @@ def build(shape: dict, device: torch.device, dtype: torch.dtype, attn: str, seed
 
 def check_cache_is_used(model, device) -> None:
     """Fail loudly rather than time a model that silently ignores its KV cache. The first pass is longer than
-    the lean step's (engine/lean_step.py), so it goes through the model's own forward."""
-    from engine.kvcache import TrackedCache
-    from engine.lean_step import MAX_TOKENS
+    the lean step's (engine/weights/lean_step.py), so it goes through the model's own forward."""
+    from engine.decode.kvcache import TrackedCache
+    from engine.weights.lean_step import MAX_TOKENS
 
     cache = TrackedCache(model)
     with torch.inference_mode():
@@ -116,7 +116,7 @@ def pct(values: list[float], p: float) -> float:
 def pass_costs(target, draft, prompt: list[int], widths, device, repeats: int) -> dict:
     """ms (median) of one target pass over n new tokens after a prefill of the prompt, for each n, and of one
     draft pass; prefill tokens/s of both."""
-    from engine.kvcache import TrackedCache
+    from engine.decode.kvcache import TrackedCache
 
     out = {}
     with torch.inference_mode():
@@ -146,7 +146,7 @@ class OracleDrafter:
         self.prompt_len, self.reference = prompt_len, reference
 
     def propose(self, tokens, k, cancelled, finishes=None):
-        from engine.drafters import Draft
+        from engine.decode.drafters import Draft
 
         done = len(tokens) - self.prompt_len
         found = self.reference[done:done + k]
@@ -155,8 +155,8 @@ class OracleDrafter:
 
 def run_loop(target, drafter, prompt: list[int], new_tokens: int, k: int, cache=None):
     """One completion through the project's own speculative loop with K pinned; returns the result."""
-    from engine.kvcache import TrackedCache
-    from engine.speculative import SpeculationController, generate
+    from engine.decode.kvcache import TrackedCache
+    from engine.decode.speculative import SpeculationController, generate
     from engine.types import CompletionRequest
 
     request = CompletionRequest(prompt, new_tokens, drafter="draft" if k else "none", max_draft_tokens=k,
@@ -169,8 +169,8 @@ def run_loop(target, drafter, prompt: list[int], new_tokens: int, k: int, cache=
 
 def decode_loops(target, draft, prompt, new_tokens: int, k: int, device, repeats: int) -> dict:
     """Decode tokens/s (after the target's prefill) and end-to-end ms of one completion, per drafter."""
-    from engine.drafters import ModelDrafter, NoDrafter
-    from engine.kvcache import TrackedCache
+    from engine.decode.drafters import ModelDrafter, NoDrafter
+    from engine.decode.kvcache import TrackedCache
 
     reference = run_loop(target, NoDrafter(), prompt, new_tokens, 0).token_ids
 
@@ -221,8 +221,8 @@ def completion_latency(target, prompt: list[int], new_tokens: int, keep_back: in
     """Like a keystroke: the session cache holds all of the prompt but its last `keep_back` tokens (the line being
     typed), so each trial prefills those and writes new_tokens, target alone. Then the same with two sessions
     (documents) taking turns, as when the user switches files: with CUDA graphs each cache has its own recordings."""
-    from engine.drafters import NoDrafter
-    from engine.kvcache import TrackedCache
+    from engine.decode.drafters import NoDrafter
+    from engine.decode.kvcache import TrackedCache
 
     def trials_over(caches) -> list[float]:
         times = []
@@ -263,9 +263,9 @@ def measure(target, draft, prompt, widths, ks, args, device, step) -> dict:
 
 
 def compile_engine_steps(target, draft, home: Path, widths) -> bool:
-    """The engine's own compiled static steps (engine/compiled.py: StaticCache + torch.compile per pass width,
+    """The engine's own compiled static steps (engine/weights/compiled.py: StaticCache + torch.compile per pass width,
     CUDA graphs on a GPU), attached the way load_pair attaches them. False when compile is unavailable."""
-    from engine.compiled import DRAFT_WIDTHS, attach
+    from engine.weights.compiled import DRAFT_WIDTHS, attach
 
     return attach(target, widths, home=home, label="target", progress=True) and \
         attach(draft, DRAFT_WIDTHS, last_only=True, home=home, label="draft", progress=True)
@@ -308,7 +308,7 @@ def markdown(report: dict) -> str:
         lines += section("Eager (DynamicCache)", report["eager"])
     compiled = report.get("compiled")
     if isinstance(compiled, dict) and "pass_costs" in compiled:
-        lines += section(f"Compiled static steps (engine/compiled.py; compiled in {report['compile_seconds']} s)",
+        lines += section(f"Compiled static steps (engine/weights/compiled.py; compiled in {report['compile_seconds']} s)",
                          compiled)
     elif compiled:
         lines += ["## Compiled static steps", "", f"not measured: {compiled}", ""]
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             compile_started = time.perf_counter()
             # Compiled kernels stay out of --out: a lent machine sends back a few files, not inductor's cache.
-            from engine.compiled import TARGET_WIDTHS
+            from engine.weights.compiled import TARGET_WIDTHS
             widths = tuple(map(int, args.compiled_widths.split(","))) if args.compiled_widths else TARGET_WIDTHS
             if compile_engine_steps(target, draft, Path(tempfile.gettempdir()) / "codecue-gpu-bench", widths):
                 report["compile_seconds"] = round(time.perf_counter() - compile_started, 1)

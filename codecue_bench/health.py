@@ -1,6 +1,6 @@
 """Wait until a local inference server can serve: its /health answers 503 while the models load and 200 once a
-request can be served (llama-server and vLLM alike). The benchmarks call `wait_healthy`; the shell benchmarks
-(scripts/bench-clients.sh, scripts/bench-vllm-clients.sh) run `python -m codecue_bench.health URL PID`.
+request can be served (llama-server and vLLM alike). The benchmarks call `wait_healthy`; the shell benchmark
+scripts/bench-vllm-clients.sh runs `python -m codecue_bench.health URL PID`.
 """
 from __future__ import annotations
 

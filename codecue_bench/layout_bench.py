@@ -12,6 +12,8 @@ import argparse
 import json
 
 from codecue_lsp.prompt import Layouts, OpenDocument, budget_for, build_prompt
+from codecue_lsp.prompt.sizing import KEPT_GROWTH
+from engine.store.config import load_config, model_dir
 
 
 def typing_layouts(text: str, count_tokens, fim, total: int, growth: float, chars: int, every: int) -> dict:
@@ -38,7 +40,6 @@ def run(pair: str, files: list[str], totals: tuple[int, ...], growths: tuple[flo
         every: int) -> dict:
     from transformers import AutoTokenizer
 
-    from engine.models import load_config, model_dir
 
     target = load_config().pair(pair).target
     tokenizer = AutoTokenizer.from_pretrained(model_dir(target.name))
@@ -60,7 +61,6 @@ def run(pair: str, files: list[str], totals: tuple[int, ...], growths: tuple[flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    from codecue_lsp.prompt.sizing import KEPT_GROWTH
 
     parser = argparse.ArgumentParser(prog="codecue-bench layout", description=__doc__)
     parser.add_argument("files", nargs="+", metavar="FILE")

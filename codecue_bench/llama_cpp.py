@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from engine.llamacpp_probe import peer_arguments
-from engine.models import codecue_home
+from engine.paths import codecue_home
+from engine.weights.llamacpp_probe import peer_arguments
 
 from .health import http_client, wait_healthy  # noqa: F401 (http_client: used through this module too)
 

@@ -27,6 +27,16 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import NamedTuple
 
+from codecue_lsp.completer import encode_built
+from codecue_lsp.postprocess import make_stop_predicate, postprocess
+from codecue_lsp.prompt import OpenDocument, budget_for, build_prompt
+from codecue_lsp.prompt.layout import with_middle
+from engine.engine import Engine
+from engine.loading.pair import load_pair
+from engine.types import CompletionRequest
+
+from .prompts import middle_line_holes
+
 FIRST_WORD = re.compile(r"\s*[\w.]+\W?")
 
 
@@ -42,7 +52,6 @@ class Hole(NamedTuple):
 def holes(count: int, cursor: str = "indent") -> list[Hole]:
     """HumanEval holes: each problem's prompt + solution + tests as one file, its solution's middle code line cut.
     cursor: "indent" (only the indentation typed) or "typed" (the first word too, where the line has more)."""
-    from .prompts import middle_line_holes
 
     check_cursor(cursor)
     out = []
@@ -102,13 +111,6 @@ def cut(name: str, lines: list[str], row: int, cursor: str, tail: str = "", othe
 def run(pair: str, budgets: list[int], count: int, max_new_tokens: int, target_weights: str | None = None,
         cursor: str = "indent", splits: tuple[str, ...] = ("line",), totals: tuple[int, ...] = (1536,),
         files: list[str] | None = None, seed: int = 0) -> dict:
-    from engine.engine import Engine
-    from engine.models import load_pair
-    from engine.types import CompletionRequest
-
-    from codecue_lsp.completer import encode_built
-    from codecue_lsp.postprocess import make_stop_predicate, postprocess
-    from codecue_lsp.prompt import OpenDocument, budget_for
 
     # A target format asked for by name loads without the draft: quality is the target's alone (lookup drafts only).
     engine = Engine(load_pair(pair, target_weights=target_weights, with_draft=False if target_weights else None))
@@ -153,8 +155,6 @@ def parse_split(split: str) -> tuple[str, int]:
 
 
 def built_for(split: str, doc, line: int, character: int, engine, budget, other_docs=()):
-    from codecue_lsp.prompt import build_prompt
-    from codecue_lsp.prompt.layout import with_middle
 
     middle_from, lines = parse_split(split)
     built = build_prompt(doc, line, character, engine.fim, engine.count_tokens, other_docs=other_docs, budget=budget,

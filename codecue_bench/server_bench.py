@@ -20,8 +20,16 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from .cancel_bench import (CANCEL_PHASES, cancel_summary, cancel_trials_run,  # noqa: F401 (tests import CANCEL_PHASES)
-                           settled_stats)
+from engine.store.config import load_config
+from engine.store.fetch import gguf_path
+
+from .cancel_bench import (  # noqa: F401 (tests import CANCEL_PHASES)
+    CANCEL_PHASES,
+    cancel_summary,
+    cancel_trials_run,
+    settled_stats,
+)
+from .llama_cpp import LlamaServer, http_client, infill, server_binary
 from .timing import latency_summary, ms, percentile
 
 
@@ -178,7 +186,6 @@ def infill_keystrokes(client, text: str, keystrokes: int, n_predict: int = 64) -
     """The same keystrokes as CodeCue gets, sent to a llama-server's /infill one by one (each answered before
     the next), with its prompt cache on. The typed characters sit inside one line, so the answer is the rest of
     that line: it stops at a newline, like CodeCue's single-line completions."""
-    from .llama_cpp import infill
 
     start, _, typed, _ = typing_plan(text, keystrokes)
     suffix = text[start + len(typed):]
@@ -195,10 +202,7 @@ def infill_keystrokes(client, text: str, keystrokes: int, n_predict: int = 64) -
 def run_llama_infill(path: str | Path, pair: str = "default", keystrokes: int = 16, url: str | None = None,
                      threads: int = 2, n_predict: int = 64) -> dict:
     """Start llama-server on the pair's target GGUF (or use `url`), run the keystrokes, always stop it."""
-    from engine.fetch import gguf_path
-    from engine.models import load_config
 
-    from .llama_cpp import LlamaServer, http_client
 
     text = Path(path).read_text(encoding="utf-8")
     model = None if url else gguf_path(load_config().pair(pair).target)
@@ -207,7 +211,6 @@ def run_llama_infill(path: str | Path, pair: str = "default", keystrokes: int = 
 
 
 def main(argv=None) -> int:
-    from .llama_cpp import server_binary
 
     parser = argparse.ArgumentParser(prog="codecue-bench server", description=__doc__.split("\n")[0])
     parser.add_argument("file", help="a real source file to type into")

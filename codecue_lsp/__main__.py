@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-from .config import DRAFTERS
+from engine import options
+
+from .config import DRAFTERS, engine_options
 
 CHECK_DOCUMENT = "def fibonacci(n):\n    if n <= 1:\n        return n\n    "
 
@@ -53,10 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--remote-model", help="model name for --engine URL (default: the first one /v1/models lists)")
     parser.add_argument("--torch-prefill", choices=("auto", "on", "off"),
                         help="a llama.cpp target's long prompts prefilled in torch int8 (default auto: where the "
-                             "calibration measured it faster; sets $CODECUE_TORCH_PREFILL)")
+                             "calibration measured it faster; overrides $CODECUE_TORCH_PREFILL)")
     parser.add_argument("--prefill-chunk", metavar="N|auto",
                         help="tokens per llama.cpp prefill pass (default auto: what this machine prefills in 3 s, "
-                             "at most 128: bounds what a cancelled pass wastes; sets $CODECUE_PREFILL_CHUNK)")
+                             "at most 128: bounds what a cancelled pass wastes; overrides $CODECUE_PREFILL_CHUNK)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument("--log-file", help="also log to this file (logs never go to stdout)")
     return parser.parse_args(argv)
@@ -78,12 +79,12 @@ def cli_settings(args: argparse.Namespace) -> dict:
 
 def check(settings) -> int:
     """Load the pair, complete CHECK_DOCUMENT twice (cold, then warm), print timings. 0 = working."""
-    from engine.models import ModelsError
+    from engine.store.config import ModelsError
 
     if settings.engine != "local":
         return check_remote(settings)
-    from .prompt import OpenDocument
     from .loading import build_completer
+    from .prompt import OpenDocument
 
     print(f"codecue-lsp --check: pair {settings.pair!r}", flush=True)
     started = time.perf_counter()
@@ -96,7 +97,7 @@ def check(settings) -> int:
         print(f"error: could not load model pair {settings.pair!r}: {exc}. "
               f"Run `codecue-models fetch` (or `codecue-models verify`).", file=sys.stderr)
         return 2
-    from engine.draft_vocab import describe as describe_draft_head
+    from engine.weights.draft_vocab import describe as describe_draft_head
 
     pair = completer.engine.pair
     print(f"loaded in {time.perf_counter() - started:.2f} s (device {pair.device}, target {pair.target_weights} "
@@ -104,10 +105,9 @@ def check(settings) -> int:
           f"{pair.draft_weights or 'not loaded'}{describe_draft_head(pair.draft)}; "
           f"{'compiled' if pair.compiled else 'eager'} steps)")
     if pair.calibration is not None:
-        from engine.calibrate_report import format_table
-
-        from engine.llamacpp_probe import pair_line
-        from engine.models import codecue_home
+        from engine.calibration.report import format_table
+        from engine.paths import codecue_home
+        from engine.weights.llamacpp_probe import pair_line
 
         print(format_table(pair.calibration, pair.choice))
         if line := pair_line(pair.spec, codecue_home()):
@@ -139,7 +139,8 @@ def check(settings) -> int:
 def check_remote(settings) -> int:
     """Ask the endpoint for its models, then complete CHECK_DOCUMENT once. 0 = working."""
     from .prompt import OpenDocument
-    from .remote import build_remote_completer, describe
+    from .remote import build_remote_completer
+    from .remote_endpoint import describe
 
     print(f"codecue-lsp --check: engine {settings.engine} (FIM template of pair {settings.pair!r})", flush=True)
     try:
@@ -183,14 +184,12 @@ def main(argv=None) -> int:
         except (TypeError, ValueError) as exc:
             print(f"codecue-lsp: {flag}: {exc}, not {value!r}", file=sys.stderr)
             return 2
-    if args.torch_prefill:  # read where the engine loads (engine/torch_prefill.wanted), like the other engine env
-        os.environ["CODECUE_TORCH_PREFILL"] = args.torch_prefill
-    if args.prefill_chunk:  # read where the engine loads (engine/llamacpp.prefill_chunk_for)
-        if args.prefill_chunk != "auto" and not args.prefill_chunk.isdigit():
-            print(f"codecue-lsp: --prefill-chunk takes a number of tokens or auto, not {args.prefill_chunk!r}",
-                  file=sys.stderr)
-            return 2
-        os.environ["CODECUE_PREFILL_CHUNK"] = args.prefill_chunk
+    try:  # the engine's options: the environment's, then the engine flags (codecue_lsp/config.py)
+        options.use(engine_options(args.torch_prefill, args.prefill_chunk))
+    except ValueError:
+        print(f"codecue-lsp: --prefill-chunk takes a number of tokens or auto, not {args.prefill_chunk!r}",
+              file=sys.stderr)
+        return 2
     if args.check:
         from .config import Settings, configure_logging
 

@@ -1,33 +1,38 @@
-"""Document snapshot + cursor -> prompt -> engine request -> post-processed completion text.
+"""The local backend (backend.CompletionBackend): document + cursor -> prompt -> Engine request -> shown text.
 
-Test knob: CODECUE_TEST_STEP_DELAY_MS=N makes every engine step at least N ms slower (the delay runs on the engine
-worker between steps, so a cancel is still seen within one step). It exists so that end-to-end tests can observe
-cancellation and supersession with the (very fast) tiny model; it is never set in normal use.
+Test knob: CODECUE_TEST_STEP_DELAY_MS=N (read in config.py) makes every engine step at least N ms slower (the delay
+runs on the engine worker between steps, so a cancel is still seen within one step). It exists so that end-to-end
+tests can observe cancellation and supersession with the (very fast) tiny model; it is never set in normal use.
 """
 from __future__ import annotations
 
 import logging
-import os
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from engine.types import CancelToken, CompletionRequest, CompletionResult
+from engine.types import CancelToken, CompletionRequest
 
-from .config import Settings
+from .backend import BackendStats, Completion, CompletionBackend, Health, converted
+
+from .config import Settings, step_delay_for_tests
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
-from .prompt.sizing import cold_total, cold_total_for_prefill_rate, prompt_total, total_for_prefill_rate
+from .prompt.sizing import (
+    cold_total,
+    cold_total_for_prefill_rate,
+    prompt_total,
+    total_for_prefill_rate,
+)
 
 logger = logging.getLogger(__name__)
-
-STEP_DELAY_ENV = "CODECUE_TEST_STEP_DELAY_MS"
 
 
 
 def encode_built(engine, built) -> tuple[list[int], bytes]:
     """A built prompt's ids and, when it ends in the cursor line's typed text (middle_from "line"), the healed
-    bytes for CompletionRequest.heal: the model re-chooses that text's last token (engine/healing.py)."""
+    bytes for CompletionRequest.heal: the model re-chooses that text's last token (engine/decode/healing.py)."""
     ids = engine.encode_prompt(built.pieces)
     return engine.heal_prompt(ids) if built.middle else (ids, b"")
 
@@ -37,7 +42,7 @@ def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
     (middle_from "line"), all of them: a keystroke on the line usually changes only the word being typed, at the
     prompt's end, whose last token healing has already left out (encode_built), and the engine prefills all but the
     prompt's last token. When the next request does not share a pass after all (a newline, a longer merge, an edit
-    elsewhere, another document), the engine stops the cancelled pass as that request arrives (engine/kvcache.py,
+    elsewhere, another document), the engine stops the cancelled pass as that request arrives (engine/decode/kvcache.py,
     SharedPasses). 0 in the cursor layout, where a keystroke changes the prefix's end and shifts the suffix, and for
     a prompt without the marker."""
     if middle_from != "line":
@@ -47,7 +52,7 @@ def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
 
 def ready_tokens(prepared) -> int:
     """How many of a prompt's tokens make it ready (grown or warmed): all but the last, which a request runs itself."""
-    return len(prepared.request.prompt_ids) - 1
+    return prepared.ready_tokens
 
 
 @dataclass
@@ -62,17 +67,28 @@ class Prepared:
         layout = self.built.layout
         return layout is not None and 0 < layout.total < self.total
 
+    @property
+    def ready_tokens(self) -> int:
+        return len(self.request.prompt_ids) - 1
 
-class Completer:
+
+class Completer(CompletionBackend):
+    """The local backend: prompts encoded for the in-process Engine, which runs them on its worker thread."""
+
+    kind = "local"
+    supports_prefill = True
+    supports_next_line = True
+    indexes_workspace = True
+
     def __init__(self, engine, syntax: SyntaxCache | None = None, step_delay_s: float | None = None) -> None:
         self.engine = engine
         self.syntax = syntax
         if step_delay_s is None:
-            step_delay_s = float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
+            step_delay_s = step_delay_for_tests()
         self.step_delay_s = step_delay_s
         self.layouts = Layouts()
         self.growing = Layouts()  # the full-size layouts being prefilled into the engine's spare (growth.py)
-        rate = getattr(engine, "prefill_tokens_per_s", None)
+        rate = engine.prefill_tokens_per_s
         self.auto_prompt_tokens = total_for_prefill_rate(rate)
         self.auto_cold_prompt_tokens = cold_total_for_prefill_rate(rate)
         logger.info("prompts of at most %d tokens (promptTokens auto: %s)", self.auto_prompt_tokens,
@@ -114,14 +130,14 @@ class Completer:
         self.growing.remember(built.layout)
         return self._prepared(built, settings, doc.uri, total, encode_built(self.engine, built))
 
-    def grow(self, prepared: Prepared, token: CancelToken):
+    def grow(self, prepared: Prepared, token: CancelToken) -> Future[int]:
         """Prefill a growth prompt into the engine's spare cache for its document: what a request's prefill computes,
         all but the last token (`ready_tokens`). A future of how many of them the spare holds (a cancel keeps the
         chunks done, for the next try)."""
         ids = list(prepared.request.prompt_ids[:ready_tokens(prepared)])
         return self.engine.prefill_spare(prepared.request.session, ids, token)
 
-    def prefill(self, prepared: Prepared, token: CancelToken):
+    def prefill(self, prepared: Prepared, token: CancelToken) -> Future[int]:
         """Prefill a prompt into its document's own session before anyone asks for it (warmup.py): all but the last
         token (`ready_tokens`). A future of how many of them the session holds (a cancel keeps the chunks done)."""
         request = prepared.request
@@ -156,25 +172,58 @@ class Completer:
         )
         return Prepared(built=built, request=request, total=total)
 
-    def submit(self, prepared: Prepared, token: CancelToken):
-        return self.engine.submit(prepared.request, token, on_tokens=self._step_delay(token))
+    def submit(self, prepared: Prepared, token: CancelToken,
+               on_text: Callable[[str], None] | None = None) -> Future[Completion]:
+        future = self.engine.submit(prepared.request, token, on_tokens=self._on_tokens(token, on_text))
+        return converted(future, Completion.from_engine)
 
-    def finish(self, prepared: Prepared, result: CompletionResult) -> str:
-        return postprocess(result.text, prepared.built)
+    def finish(self, prepared: Prepared, completion: Completion) -> str:
+        return postprocess(completion.text, prepared.built)
 
-    def complete(self, prepared: Prepared, token: CancelToken | None = None) -> tuple[str, CompletionResult]:
+    def complete(self, prepared: Prepared, token: CancelToken | None = None) -> tuple[str, Completion]:
         """Blocking form, for `codecue-lsp --check` and benchmarks."""
         token = token or CancelToken()
-        result = self.submit(prepared, token).result()
-        return self.finish(prepared, result), result
+        completion = self.submit(prepared, token).result()
+        return self.finish(prepared, completion), completion
 
-    def _step_delay(self, token: CancelToken) -> Callable[[list[int], str], None] | None:
-        if self.step_delay_s <= 0:
-            return None
+    def update_workspace(self, key: str, text: str | None) -> None:
+        self.engine.update_workspace(key, text)
+
+    def forget(self, uri: str) -> None:
+        try:
+            self.engine.forget_session(uri)
+        except RuntimeError:  # the engine has shut down
+            pass
+
+    def stats(self) -> BackendStats:
+        engine = self.engine
+        return BackendStats(sessions=len(engine.sessions), busy=bool(engine.busy), phase=str(engine.phase),
+                            index_documents=len(engine.workspace),
+                            workspace_documents=engine.workspace.count("workspace"))
+
+    def health(self) -> Health:
+        return Health(healthy=True)  # a loaded engine answers; its own errors raise from the request
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "url": None, "healthy": True, "last_error": None}
+
+    def watch_health(self, show: Callable[[str], None]) -> None:
+        pass  # never turns unhealthy (see health)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def _on_tokens(self, token: CancelToken,
+                   on_text: Callable[[str], None] | None) -> Callable[[list[int], str], None] | None:
+        """The engine's per-step callback: the caller's stream, then the test knob's delay (step_delay_s)."""
         delay = self.step_delay_s
+        if delay <= 0 and on_text is None:
+            return None
 
-        def slow_step(_ids: list[int], _text: str) -> None:
+        def each_step(_ids: list[int], text: str) -> None:
+            if on_text is not None:
+                on_text(text)
             deadline = time.monotonic() + delay
             while not token.is_set() and time.monotonic() < deadline:
                 time.sleep(min(0.005, delay))
-        return slow_step
+        return each_step

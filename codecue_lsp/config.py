@@ -1,12 +1,18 @@
 """Server settings: one dataclass filled from command-line flags, `initializationOptions` and the client's
-`workspace/configuration` section "codecue" (later sources win, unknown or ill-typed keys are ignored and logged).
+`workspace/configuration` section "codecue" (later sources win, unknown or ill-typed keys are ignored and logged),
+rebuilt when the user's settings change; and the engine's options (engine/options.py) from the environment and the
+engine flags. The one module of codecue_lsp that reads the environment (docs/configuration.md lists it all).
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from engine.options import EngineOptions, parse_prefill_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -229,3 +235,41 @@ def quiet_pygls(level: str) -> None:
     # pygls logs every message body at INFO: the user's code in the log. Only show it when debugging.
     logging.getLogger("pygls").setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
 
+
+def engine_options(torch_prefill: str | None = None, prefill_chunk: str | None = None,
+                   env: Mapping[str, str] | None = None) -> EngineOptions:
+    """The engine's options: the environment's (CODECUE_*, engine/options.py; a retired variable is named in a
+    warning), then `--torch-prefill` and `--prefill-chunk`. Raises ValueError for a malformed flag."""
+    options = EngineOptions.from_environment(env)
+    changes: dict[str, Any] = {}
+    if torch_prefill:
+        changes["torch_prefill"] = torch_prefill
+    if prefill_chunk:
+        changes["prefill_chunk"] = parse_prefill_chunk(prefill_chunk)
+    return dataclasses.replace(options, **changes)
+
+
+def api_key(variable: str) -> str | None:
+    """The remote engine's API key, from the environment variable the `apiKeyEnv` setting names (never a setting)."""
+    return os.environ.get(variable) or None
+
+
+STEP_DELAY_ENV = "CODECUE_TEST_STEP_DELAY_MS"
+
+
+def step_delay_for_tests() -> float:
+    """Test knob: $CODECUE_TEST_STEP_DELAY_MS makes every engine step that many ms slower (completer.py), so that
+    end-to-end tests can watch cancellation with the fast tiny model. Never set in normal use."""
+    return float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
+
+
+def quiet_progress_bars() -> None:
+    """No progress bars from huggingface_hub or transformers: each writes one endless line (carriage returns) to
+    stderr, which a client reading stderr by lines can choke on."""
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # transformers, imported later, starts with its bars off too
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()

@@ -19,8 +19,8 @@ class LspTextDocument(TextDocument):
 
     @property
     def lines(self):
-        # pygls reads `lines` several times per change and position conversion; the regex split is ~5x slower than
-        # str.splitlines (2 ms on 190 KB), so it is kept until the source string is replaced.
+        # pygls reads `lines` several times per change and position conversion; the regex split is several times
+        # slower than str.splitlines (milliseconds on a large file), so it is kept until the source string is replaced.
         source = self.source
         cached = self.__dict__.get("_lsp_lines")
         if cached is None or cached[0] is not source:

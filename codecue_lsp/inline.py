@@ -2,7 +2,8 @@
 
 An answer comes from the type-through cache (the user is typing the suggestion on screen, or the next line written
 in the background is wanted: next_line.py) or from the engine (after the debounce, with a prompt built on the prompt
-worker). After an answer that completes the cursor's line, the next line is written in the background.
+worker). After an answer that completes the cursor's line, the next line is written in the background; after any
+answer, the idle work goes on (background.py).
 """
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ import time
 from lsprotocol import types as lsp
 
 from .config import MAX_DOCUMENT_CHARS
-from .growth import plan_growth
-from .next_line import ends_its_line, next_line, start_next_line, written_line_for
+from .next_line import written_line_for
 from .positions import count_units, cursor_at, item_edit, utf16_units
+from .prompt import OpenDocument
 from .scheduler import await_engine, debounce
 from .telemetry import count_engine_results
-from .warmup import start_idle_work
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +68,7 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
             tel.count("typethrough_hits")
             ls.typethrough.remember(snap.uri, prefix, line_suffix, rest)  # typing on continues from here
             tel.latency(time.perf_counter() - started)
-            plan = next_line(snap, cursor, rest)
-            if plan is not None and ls.next_lines.get(snap.uri) != plan.text:
-                plan = None  # only a line the engine finished (not one cut at max_tokens) is followed
+            plan = ls.background.typethrough_answered(snap, cursor, rest)
             answered = True
             return completion_list(rest.replace("\r\n", "\n"), cursor, snap.text, units)
         ls.scheduler.stop_background()  # this request needs the engine
@@ -79,8 +77,6 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
             return empty()
         if not await debounce(ticket, ls.settings.debounce_ms / 1000.0):
             return empty()
-        from .prompt import OpenDocument
-
         doc = OpenDocument(uri=snap.uri, language_id=snap.language_id, text=snap.text)
         character_utf16 = count_units(cursor.line_prefix(snap.text), utf16_units)
         prepared = await ls.prepare_prompt(ticket, doc, cursor.line, character_utf16)
@@ -90,17 +86,13 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
             return empty()
         future = ls.completer.submit(prepared, ticket.token)
         count_engine_results(future, tel)
-        result = await await_engine(future, ticket.token)
+        completion = await await_engine(future, ticket.token)
         if not ticket.live or ls.current_version(snap.uri) != snap.version:
             tel.count("stale")
             return empty()
-        text = ls.completer.finish(prepared, result)
+        text = ls.completer.finish(prepared, completion)
         ls.typethrough.remember(snap.uri, prefix, line_suffix, text)
-        ls.pending_growth = plan_growth(snap, cursor.line, character_utf16, prepared)
-        if ends_its_line(prepared, result):
-            plan = next_line(snap, cursor, text)
-            if plan is not None:
-                ls.next_lines[snap.uri] = plan.text
+        plan = ls.background.engine_answered(snap, cursor, character_utf16, prepared, completion, text)
         tel.count("completed")
         tel.latency(time.perf_counter() - started)
         answered = True
@@ -115,6 +107,6 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
     finally:
         ls.scheduler.finish(ticket)
         if plan is not None:
-            start_next_line(ls, plan, then=lambda: start_idle_work(ls))
+            ls.background.write_next_line(plan)
         if answered:  # not after a cancelled request: the keystroke that cancelled it is one request away
-            start_idle_work(ls)  # when nothing else runs: the next line goes first
+            ls.background.start_idle()  # when nothing else runs: the next line goes first

@@ -1,4 +1,5 @@
-"""Loading the model pair behind the server: in its own thread, with progress, and a message that names the fix."""
+"""Loading the backend behind the server (the local model pair, or a remote endpoint's template and tokenizer): in
+its own thread, with progress, and a message that names the fix."""
 from __future__ import annotations
 
 import asyncio
@@ -8,8 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as lsp
 
+from engine.store.config import ModelsError
+
+from .backend import CompletionBackend
 from .config import Settings
-from .warmup import start_idle_work
+from .remote import build_remote_completer
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +22,6 @@ LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-load")
 
 async def load_models(ls) -> None:
     """Load the pair in a thread, showing progress; on failure tell the user how to fix it and keep serving."""
-    from engine.models import ModelsError
 
     settings = ls.settings
     token = f"codecue-load-{uuid.uuid4().hex[:8]}"
@@ -45,31 +48,29 @@ async def load_models(ls) -> None:
         if progress:
             ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="model loading failed"))
         return
-    backend = completer.engine
-    if hasattr(backend, "on_unhealthy"):  # the remote backend: its first failure after a success shows one message
-        loop = asyncio.get_running_loop()
+    loop = asyncio.get_running_loop()
 
-        def show(message: str) -> None:
-            loop.call_soon_threadsafe(ls.window_show_message,
-                                      lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
-        backend.on_unhealthy = show
+    def show(message: str) -> None:  # called from the backend's thread, once per outage
+        loop.call_soon_threadsafe(ls.window_show_message,
+                                  lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
+    completer.watch_health(show)
     ls.completer = completer
     logger.info("model pair %s ready (engine %s)", settings.pair, settings.engine)
     for uri in list(ls.workspace.text_documents):
         ls.sync_workspace(uri)
-    start_idle_work(ls)  # a cursor that came to rest while the pair loaded
+    ls.background.start_idle()  # a cursor that came to rest while the pair loaded
     if progress:
         ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
         ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))
 
 
-def build_completer(settings: Settings, syntax=None):
+def build_completer(settings: Settings, syntax=None) -> CompletionBackend:
+    """The backend the settings name: "local" loads the pair into an Engine, a URL a remote endpoint."""
     if settings.engine != "local":
-        from .remote import build_remote_completer
-
         return build_remote_completer(settings, syntax)
+    # torch and the engine load here, on the loading thread: the server answers `initialize` without waiting for them
     from engine.engine import Engine
-    from engine.models import load_pair
+    from engine.loading.pair import load_pair
 
     from .completer import Completer
 

@@ -3,19 +3,20 @@
 Two moments make the next line the likely next wish: an answer that completes the cursor's line (line mode, the
 model stopped at the line's end: inline.py plans it), and a cursor that came to rest at the end of a line that is
 not blank (a click or End, then usually Enter: warmup.py plans it once that line's prompt is ready). The writer
-works in the document as it will be once the suggestion (if any) is taken and Enter pressed; on 2 CPU cores a line
-takes 1-2 s to write. It goes on while the user types the suggestion (those keystrokes are answered by the
-type-through cache, not the engine) and stops for any request that needs the engine (scheduler.stop_background).
-What it wrote waits in the type-through cache, keyed by the text up to the suggestion's end: shown once the
-suggestion is accepted (as the next line), and after Enter with the editor's indentation. Local engine only;
-`nextLine` off turns it off.
+works in the document as it will be once the suggestion (if any) is taken and Enter pressed, as background work
+(background.py). It goes on while the user types the suggestion (those keystrokes are answered by the type-through
+cache, not the engine) and stops for any request that needs the engine (scheduler.stop_background). What it wrote
+waits in the type-through cache, keyed by the text up to the suggestion's end: shown once the suggestion is accepted
+(as the next line), and after Enter with the editor's indentation. Only a backend that supports_next_line writes
+ahead; `nextLine` off turns it off.
 """
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 
-from .scheduler import await_engine, run_background
+from .prompt import OpenDocument
+from .scheduler import await_engine
 from .telemetry import count_engine_results
 
 
@@ -62,9 +63,9 @@ def _after_enter(snap, cursor, suggestion: str) -> NextLine | None:
                     cursor.line + 1, end, newline)
 
 
-def ends_its_line(prepared, result) -> bool:
+def ends_its_line(prepared, completion) -> bool:
     """A line-mode answer the model ended itself, not one cut at max_tokens: Enter would follow it."""
-    return prepared.built.mode == "line" and result.finish_reason in ("stop", "eos")
+    return prepared.built.mode == "line" and completion.finish_reason in ("stop", "eos")
 
 
 async def written_line_for(ls, uri: str, prefix: str, line_suffix: str, ticket) -> str | None:
@@ -82,9 +83,9 @@ async def written_line_for(ls, uri: str, prefix: str, line_suffix: str, ticket) 
 def _writer_ahead(ls, uri: str, prefix: str, line_suffix: str):
     """The running writer of the line this cursor waits for: at the taken suggestion's end, or on the new line
     with at most indentation typed."""
-    if ls.next_line_writer is None or line_suffix:
+    if ls.background.writer is None or line_suffix:
         return None
-    plan, task = ls.next_line_writer
+    plan, task = ls.background.writer
     if task.done() or plan.uri != uri or not prefix.startswith(plan.end):
         return None
     typed = prefix[len(plan.end):]
@@ -96,35 +97,33 @@ def _writer_ahead(ls, uri: str, prefix: str, line_suffix: str):
 def start_next_line(ls, plan: NextLine, then=None) -> bool:
     """Write the line after `plan`'s suggestion in the background, unless it is known or turned off; `then()` runs
     when the writer ends (what may start next). True if it started."""
-    if not ls.settings.next_line or ls.settings.engine != "local" or not ls.ready:
+    if not ls.settings.next_line or not ls.ready or not ls.completer.supports_next_line:
         return False
     if ls.typethrough.lookup_next(plan.uri, plan.end, "") is not None:
         return False  # written already
     if (ticket := ls.scheduler.begin_background(plan.uri, plan.version, ("next_line", plan.text))) is None:
         return False  # a request is in flight (it goes first), or this line is being written
     ls.telemetry.count("next_line_started")
-    task = run_background(ls, ticket, _write_next_line(ls, plan, ticket), f"writing the next line of {plan.uri}",
-                          then=then)
-    ls.next_line_writer = (plan, task)
+    task = ls.background.run(ticket, _write_next_line(ls, plan, ticket), f"writing the next line of {plan.uri}",
+                             then=then)
+    ls.background.writing(plan, task)
     return True
 
 
 async def _write_next_line(ls, plan: NextLine, ticket) -> None:
-    from .prompt import OpenDocument
-
     doc = OpenDocument(uri=plan.uri, language_id=plan.language_id, text=plan.text)
     prepared = await ls.prepare_prompt(ticket, doc, plan.line, 0)
     if prepared is None or not ticket.live:
         return
     future = ls.completer.submit(prepared, ticket.token)
     count_engine_results(future, ls.telemetry)
-    result = await await_engine(future, ticket.token)
+    completion = await await_engine(future, ticket.token)
     if not ticket.live:
         return
     # Kept even if the document changed meanwhile: it is only answered where the text before it is plan.end.
-    text = ls.completer.finish(prepared, result)
+    text = ls.completer.finish(prepared, completion)
     if text:
         ls.typethrough.remember_next(plan.uri, plan.end, plan.newline + text)
         ls.telemetry.count("next_line_ready")
-        if ends_its_line(prepared, result) and "\n" not in text:
-            ls.next_lines[plan.uri] = plan.taken(text)  # Enter after this line too: the next one follows
+        if ends_its_line(prepared, completion) and "\n" not in text:
+            ls.background.line_written(plan, text)  # Enter after this line too: the next one follows

@@ -11,7 +11,13 @@ from typing import Callable
 
 from codecue_lsp.prompt import BuiltPrompt
 from codecue_lsp.prompt.languages import line_comment
-from codecue_lsp.prompt.text import CLOSERS, bracket_depths, comment_start, first_unbalanced_closer, indent_width
+from codecue_lsp.prompt.text import (
+    CLOSERS,
+    bracket_depths,
+    comment_start,
+    first_unbalanced_closer,
+    indent_width,
+)
 
 
 def _lines_with_starts(text: str) -> list[tuple[int, str]]:

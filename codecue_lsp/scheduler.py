@@ -119,31 +119,11 @@ async def await_engine(future: concurrent.futures.Future, token: CancelToken):
         raise
 
 
-def run_background(ls, ticket: Ticket, work, what: str, then=None) -> asyncio.Task:
-    """Run the coroutine `work` as the server's background work under `ticket`: a cancelled task stops the engine
-    through the ticket, an error is logged, and the ticket is finished either way, then `then()` runs (what may
-    start next). The server holds the task until it is done."""
-    async def run() -> None:
-        try:
-            await work
-        except asyncio.CancelledError:
-            ticket.token.set()
-        except Exception:
-            logger.exception("%s failed", what)
-        finally:
-            ls.scheduler.finish(ticket)
-            if then is not None:
-                then()
-    task = asyncio.ensure_future(run())
-    ls.background_tasks.add(task)
-    task.add_done_callback(ls.background_tasks.discard)
-    return task
-
-
 class PromptWorker:
     """The one thread that runs tree-sitter parses and prompt building, off the event loop (a large file takes
-    50-100 ms, which would hold up `$/cancelRequest` and edits). First in first out: a prompt is built after the
-    syntax updates of the edits before it, and whatever it touches (the syntax cache) is only touched here."""
+    tens of milliseconds, which would hold up `$/cancelRequest` and edits). First in first out: a prompt is built
+    after the syntax updates of the edits before it, and whatever it touches (the syntax cache) is only touched
+    here."""
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-prompt")

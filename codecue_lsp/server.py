@@ -4,7 +4,9 @@ Custom notifications (client -> server, params are plain objects; all fields opt
   codecue/didShowCompletion    {uri, length}
   codecue/didAcceptCompletion  {uri, length, acceptedLength}   (acceptedLength < length for partial accepts)
   codecue/didRejectCompletion  {uri, length}
-Command: workspace/executeCommand "codecue.stats" -> counters (see telemetry.Telemetry.snapshot).
+Command: workspace/executeCommand "codecue.stats" -> counters and state (stats.server_stats).
+The server holds the backend (backend.CompletionBackend, once loaded: loading.py) and the background work
+(background.BackgroundWork); the handlers call them and the modules named in each.
 """
 from __future__ import annotations
 
@@ -20,13 +22,26 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
 from . import inline, warmup
-from .config import CONFIG_SECTION, MAX_DOCUMENT_CHARS, Settings, configure_logging, quiet_pygls, restart_needed
+from .backend import CompletionBackend
+from .background import BackgroundWork
+from .config import (
+    CONFIG_SECTION,
+    MAX_DOCUMENT_CHARS,
+    Settings,
+    configure_logging,
+    quiet_progress_bars,
+    quiet_pygls,
+    restart_needed,
+)
 from .documents import use_lsp_lines
 from .loading import load_models
 from .positions import UNIT_COUNTERS, utf16_units
+from .prompt import OpenDocument, SyntaxCache
 from .protocol import CodeCueProtocol
 from .scheduler import PromptWorker, Scheduler
+from .stats import server_stats
 from .telemetry import Telemetry, event_params
+from .transport import serve_stdio, serve_tcp
 from .typethrough import TypeThroughCache
 from .workspace_sync import WorkspaceSync
 
@@ -61,14 +76,9 @@ class CodeCueServer(LanguageServer):
         self.settings = Settings().merged(self.cli_settings)
         self.scheduler = Scheduler()
         self.typethrough = TypeThroughCache()
-        self.next_lines: dict[str, str] = {}  # uri -> the document after its suggestion and Enter (next_line.py)
-        self.background_tasks: set = set()  # next-line writers and growths in flight (held so they are not collected)
-        self.next_line_writer = None  # (plan, task) of the last next-line writer started (next_line.py)
-        self.pending_growth = None  # growth.GrowthPlan: the full-size prompt to make ready when nothing else runs
-        self.resting_cursor = None  # warmup.RestingCursor: where to make the prompt ready when the engine is free
-        self.line_after_rest = None  # next_line.NextLine: Enter at the resting cursor, once its prompt is ready
+        self.background = BackgroundWork(self)  # next line, warm-up at rest, prompt growth
         self.telemetry = Telemetry()
-        self.completer = None  # set once the model pair is loaded
+        self.completer: CompletionBackend | None = None  # set once loaded (loading.py)
         self.load_error: str | None = None
         self.initialization_options = None
         self.syntax = _new_syntax_cache()
@@ -144,28 +154,16 @@ class CodeCueServer(LanguageServer):
         self.scheduler.supersede(uri)
         self.scheduler.stop_background(uri)
         self.typethrough.forget(uri)
-        self.next_lines.pop(uri, None)
-        if self.next_line_writer is not None and self.next_line_writer[0].uri == uri:
-            self.next_line_writer = None
-        if self.pending_growth is not None and self.pending_growth.uri == uri:
-            self.pending_growth = None
-        if self.resting_cursor is not None and self.resting_cursor.uri == uri:
-            self.resting_cursor = None
-        if self.line_after_rest is not None and self.line_after_rest.uri == uri:
-            self.line_after_rest = None
+        self.background.forget(uri)
         self.sync_workspace(uri, closed=True)
         if self.syntax is not None:
             self.prompt_worker.forget(uri)
             self.prompt_worker.run(self.syntax.close, uri)
-        engine = getattr(self.completer, "engine", None)
-        if hasattr(engine, "forget_session"):
-            try:
-                engine.forget_session(uri)
-            except RuntimeError:  # the engine has shut down
-                pass
+        if self.completer is not None:
+            self.completer.forget(uri)
 
     async def prepare_prompt(self, ticket, doc, line: int, character_utf16: int):
-        """The completer's prepared request, built on the prompt worker; None when the ticket was superseded
+        """The backend's prepared prompt, built on the prompt worker; None when the ticket was superseded
         before its turn came. Everything the thread reads is taken here: immutable texts, the settings object."""
         settings, others, completer = self.settings, self.other_documents(doc.uri), self.completer
 
@@ -176,8 +174,8 @@ class CodeCueServer(LanguageServer):
         return await self.prompt_worker.call(build)
 
     def sync_workspace(self, uri: str, closed: bool = False) -> None:
-        engine, key = getattr(self.completer, "engine", None), unquote(uri)
-        self.workspace_sync.closed(engine, key) if closed else self.workspace_sync.changed(engine, key)
+        key = unquote(uri)
+        self.workspace_sync.closed(self.completer, key) if closed else self.workspace_sync.changed(self.completer, key)
 
     def _indexable_text(self, key: str) -> str | None:
         snap = self.snapshot(key)
@@ -185,8 +183,6 @@ class CodeCueServer(LanguageServer):
 
     def other_documents(self, uri: str) -> list:
         """Snapshots of the other open documents (their texts are immutable strings: safe to hand to a thread)."""
-        from .prompt import OpenDocument
-
         out = []
         for doc in list(self.workspace.text_documents.values()):
             if doc.uri != uri and len(doc.source) <= MAX_DOCUMENT_CHARS:
@@ -200,29 +196,11 @@ class CodeCueServer(LanguageServer):
 
 def _new_syntax_cache():
     try:
-        from .prompt import SyntaxCache
 
         return SyntaxCache()
     except Exception:  # tree-sitter missing or broken: prompts fall back to line-based rules
         logger.exception("syntax cache unavailable")
         return None
-
-
-def resource_sizes(ls: CodeCueServer, engine) -> dict:
-    """How many entries each long-lived structure holds, so a soak run can see that none of them grows."""
-    return {
-        "open_documents": len(ls.workspace.text_documents),
-        "in_flight": len(ls.scheduler._in_flight),
-        "background": int(ls.scheduler.background is not None),  # a next line, growth or warm-up
-        "request_futures": len(ls.protocol._request_futures),
-        "typethrough_entries": len(ls.typethrough),
-        "syntax_documents": len(ls.syntax._entries) if ls.syntax is not None else 0,
-        "latency_samples": len(ls.telemetry.latencies_ms),
-        "engine_sessions": len(engine.sessions) if engine is not None else 0,
-        "engine_busy": bool(getattr(engine, "busy", False)),
-        "engine_phase": str(getattr(engine, "phase", "idle")),
-        "index_documents": len(engine.workspace) if engine is not None else 0,
-    }
 
 
 def make_server(cli_settings: dict | None = None) -> CodeCueServer:
@@ -283,34 +261,16 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.command("codecue.stats")
     def stats(ls: CodeCueServer, *args) -> dict:
-        out = ls.telemetry.snapshot()
-        out["ready"] = ls.ready
-        out["load_error"] = ls.load_error
-        out["pair"] = ls.settings.pair
-        engine = getattr(ls.completer, "engine", None)
-        workspace = getattr(engine, "workspace", None)
-        out["workspace_documents"] = workspace.count("workspace") if workspace is not None else 0
-        out["resources"] = resource_sizes(ls, engine)
-        sizing = getattr(ls.completer, "prompt_tokens", None)
-        out["prompt_tokens"] = sizing(ls.settings) if sizing is not None else None  # the budget in use
-        cold = getattr(ls.completer, "cold_prompt_tokens", None)
-        out["cold_prompt_tokens"] = cold(ls.settings) if cold is not None else None  # a cold start's (growth.py)
-        info = getattr(engine, "info", None)  # the remote backend reports its endpoint's health
-        out["backend"] = info() if callable(info) else {
-            "kind": "local" if ls.settings.engine == "local" else "remote",
-            "url": None if ls.settings.engine == "local" else ls.settings.engine,
-            "healthy": ls.ready, "last_error": ls.load_error}
-        return out
+        return server_stats(ls)
 
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
-        # a background task ending now must not start another one
-        ls.pending_growth = ls.resting_cursor = ls.line_after_rest = None
+        ls.background.stop()
         ls.scheduler.cancel_all()
         ls.workspace_sync.shutdown()
         ls.prompt_worker.shutdown()
         if ls.completer is not None:
-            ls.completer.engine.close()
+            ls.completer.close()
 
     @server.feature(lsp.EXIT)
     def on_exit(ls: CodeCueServer, params) -> None:
@@ -334,11 +294,9 @@ def hard_exit(code: int) -> None:
 
 
 def run(cli_settings: dict, tcp_port: int | None = None) -> None:
-    # Progress bars write one endless \r-separated line to stderr; a client reading stderr by lines can choke on it.
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    quiet_progress_bars()
     settings = Settings().merged(cli_settings)
     configure_logging(settings.log_level, settings.log_file)
-    from .transport import serve_stdio, serve_tcp
 
     server = make_server(cli_settings)
     # Our own frame reader (transport.py): pygls' trusts Content-Length and dies or desynchronises on garbage.

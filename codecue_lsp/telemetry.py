@@ -25,8 +25,10 @@ COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale"
 
 @dataclass
 class EngineTotals:
+    """Sums over every backend.Completion: `codecue.stats`' "engine"."""
     results: int = 0
     cancelled: int = 0
+    failed: int = 0  # the backend could not answer (a remote endpoint down): not counted as cancelled
     drafted: int = 0
     accepted: int = 0
     target_passes: int = 0
@@ -36,16 +38,17 @@ class EngineTotals:
     seconds: float = 0.0  # engine time of all results
     last_seconds: float = 0.0  # engine time of the latest result (one worker: results arrive in request order)
 
-    def add(self, result) -> None:
-        stats = result.stats
+    def add(self, completion) -> None:
+        stats = completion.stats
         self.results += 1
         self.seconds += stats.seconds_total
         self.last_seconds = stats.seconds_total
-        self.cancelled += result.finish_reason == "cancelled"
+        self.cancelled += completion.outcome == "cancelled"
+        self.failed += completion.outcome == "failed"
         self.drafted += stats.drafted
         self.accepted += stats.accepted
         self.target_passes += stats.target_passes
-        self.generated_tokens += len(result.token_ids)
+        self.generated_tokens += len(completion.token_ids)
         self.prompt_tokens_reused += stats.reused_prompt_tokens
         self.prompt_tokens_new += stats.new_prompt_tokens
 
@@ -100,7 +103,7 @@ class Telemetry:
 
 
 def count_engine_results(future, tel: Telemetry) -> None:
-    """Count every engine result, also of requests whose handler was cancelled before the engine stopped."""
+    """Count every backend result, also of requests whose handler was cancelled before the backend stopped."""
     loop = asyncio.get_running_loop()
 
     def done(f) -> None:

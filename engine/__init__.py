@@ -1,13 +1,16 @@
 """CodeCue's inference engine: models, drafters and the lossless speculative decode loop. Knows tokens, never LSP."""
-from .models import LoadedPair, ModelsError, load_pair
-from .types import CancelToken, CompletionRequest, CompletionResult, CompletionStats
+from engine.store.config import ModelsError
+from engine.types import CancelToken, CompletionRequest, CompletionResult, CompletionStats
 
 __all__ = ["CancelToken", "CompletionRequest", "CompletionResult", "CompletionStats", "Engine", "LoadedPair",
            "ModelsError", "load_pair"]
 
 
-def __getattr__(name):  # Engine pulls in torch; keep `import engine` light for the CLI tools
+def __getattr__(name):  # Engine and loading pull in torch: `import engine` stays light for the command-line tools
     if name == "Engine":
-        from .engine import Engine
+        from engine.engine import Engine
         return Engine
+    if name in ("LoadedPair", "load_pair"):
+        from engine.loading import pair
+        return getattr(pair, name)
     raise AttributeError(name)

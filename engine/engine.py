@@ -11,20 +11,28 @@ from typing import Callable
 
 import torch
 
-from .draft_window import DraftWindow, window_wanted
-from .drafters import HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter, extension_lookup, extension_wanted
-from .healing import HealingMasks, back_off, token_bytes
-from .kvcache import SharedPasses, TrackedCache, cache_for, common_prefix_length
-from .machine_choice import target_prefill_tok_s
-from .models import LoadedPair
-from .pass_costs import PassCosts, uncalibrated_costs
-from .policy import GainPolicy, SharedAcceptance, length_by_confidence_wanted
-from .prompt_ids import encode_pieces
-from .speculative import SpeculationController, generate
-from .step_guesses import StepGuesses, most_guesses
-from .suffix_index import SEPARATOR, SuffixIndex
-from . import torch_thread
-from .types import CancelToken, CompletionRequest, CompletionResult
+from engine import options
+from engine.decode.draft_window import DraftWindow
+from engine.decode.drafters import (
+    HybridDrafter,
+    LookupDrafter,
+    ModelDrafter,
+    NoDrafter,
+    extension_lookup,
+)
+from engine.decode.healing import HealingMasks, back_off, token_bytes
+from engine.decode.kvcache import SharedPasses, TrackedCache, cache_for
+from engine.decode.pass_costs import PassCosts, uncalibrated_costs
+from engine.decode.policy import GainPolicy, SharedAcceptance
+from engine.decode.prompt_ids import encode_pieces
+from engine.decode.speculative import SpeculationController, generate
+from engine.decode.step_guesses import StepGuesses
+from engine.decode.suffix_index import SEPARATOR, SuffixIndex
+from engine.loading.choice import target_prefill_tok_s
+from engine.loading.pair import LoadedPair
+from engine.types import CancelToken, CompletionRequest, CompletionResult
+from engine.weights import torch_thread
+from engine.weights.prefill_plan import common_prefix_length
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +70,14 @@ class Engine:
         # The LSP thread encodes while the worker decodes; a HF fast tokenizer may raise "Already borrowed"
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
-        self._worker = torch_thread.Queue()  # this engine's work on the process's one torch thread (engine/torch_thread.py)
+        self._worker = torch_thread.Queue()  # this engine's work on the process's one torch thread (engine/weights/torch_thread.py)
         self.shared_passes = SharedPasses()
         self._healing_masks: HealingMasks | None = None
         # Open documents and earlier completions, for lookup drafts.
         self.workspace = SuffixIndex()
         # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
         # shared by all sessions (a machine property). Acceptance is per session, seeded from the pool of all sessions.
-        calibrated = getattr(pair, "costs", None)  # a pass_costs.PassCosts from engine/calibrate.py, or None
+        calibrated = getattr(pair, "costs", None)  # a pass_costs.PassCosts from engine/calibration/measurements.py, or None
         if calibrated is not None:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
                                    draft_pass_ms=getattr(calibrated, "draft_pass_ms", None),
@@ -88,7 +96,7 @@ class Engine:
         markers = (self.fim.prefix, self.fim.suffix, self.fim.middle)
         self.draft_window = DraftWindow(*map(self.special_token_id, markers)) if all(markers) else None
         # Lookup guesses the draft model checks in its steps: counted by this machine's pass widths (shared costs).
-        self.step_guesses = StepGuesses(self.costs, most_guesses())
+        self.step_guesses = StepGuesses(self.costs)
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -104,11 +112,11 @@ class Engine:
 
     def encode_prompt(self, pieces) -> list[int]:
         """A prompt given as ("text", string) and ("special", marker) pieces, in order: text as in `encode`, each
-        marker as its one special token (engine/prompt_ids.py)."""
+        marker as its one special token (engine/decode/prompt_ids.py)."""
         return encode_pieces(pieces, self.encode, self.special_token_id)
 
     def heal_prompt(self, ids: list[int]) -> tuple[list[int], bytes]:
-        """Token healing for a prompt that ends in user text (engine/healing.py): (ids backed off by their last
+        """Token healing for a prompt that ends in user text (engine/decode/healing.py): (ids backed off by their last
         token, its bytes for CompletionRequest.heal); a prompt that ends in a marker comes back unchanged."""
         return back_off(ids, self._healing().table)
 
@@ -220,9 +228,9 @@ class Engine:
                 session.target.extend_to(ids, cancelled=token.is_set, shared=shared,
                                          finishing=self.shared_passes.finishing_for(key, ids, token))
                 if session.draft is not None and not token.is_set():
-                    # The draft model's view too: a request finding it cold pays its catch-up first (~1 s for the
-                    # ~450 tokens around the cursor on 2 cores), which is why the auto policy would not draft with
-                    # the model on a prompt it sees for the first time (docs/benchmarks.md, twenty-sixth).
+                    # The draft model's view too: a request finding it cold pays its catch-up first (about a second
+                    # on 2 cores), which is why the auto policy would not draft with the model on a prompt it sees
+                    # for the first time.
                     session.draft.extend_to(self._draft_view()(ids), cancelled=token.is_set)
             except BaseException:
                 self.sessions.pop(key, None)  # never reuse a cache a failure may have left half-written
@@ -324,7 +332,8 @@ class Engine:
                 lag = (lambda tokens: len(seen := view(tokens)) - common_prefix_length(draft_cache.ids, seen)) \
                     if draft_cache is not None else None
                 session.policy = GainPolicy(self.costs, self._auto_choices(), request.max_draft_tokens, lag,
-                                            shared=self.acceptance, length_by_confidence=length_by_confidence_wanted())
+                                            shared=self.acceptance,
+                                            length_by_confidence=options.current().length_by_confidence)
             session.policy.max_k, session.policy.kind = request.max_draft_tokens, request.kind
             return session.policy
         controller = session.controllers.setdefault(name, SpeculationController(max_k=request.max_draft_tokens))
@@ -333,8 +342,10 @@ class Engine:
         return controller
 
     def _draft_view(self):
-        """What the draft model sees of the committed tokens: the code around the cursor (engine/draft_window.py)."""
-        return self.draft_window if self.draft_window is not None and window_wanted() else (lambda tokens: tokens)
+        """What the draft model sees of the committed tokens: the code around the cursor (engine/decode/draft_window.py;
+        EngineOptions.draft_window=False: the whole prompt, which benchmarks compare)."""
+        windowed = self.draft_window is not None and options.current().draft_window
+        return self.draft_window if windowed else (lambda tokens: tokens)
 
     def _auto_choices(self) -> tuple[str, ...]:
         return ("none", "lookup", "draft", "hybrid") if self.pair.draft is not None else ("none", "lookup")
@@ -355,7 +366,7 @@ class Engine:
         generator = torch.Generator().manual_seed(request.seed + 1) if request.seed is not None else None
         # Pinned K (adaptive_k=False) drafts exactly K tokens: no early stop on low draft confidence.
         min_confidence = 0.3 if request.adaptive_k else 0.0
-        extend = extension_lookup(self.workspace) if extension_wanted() else None
+        extend = extension_lookup(self.workspace) if options.current().draft_extension else None
         # Under auto (adaptive K; its policy made by _controller) keep_drafting sizes each draft from the confidences.
         length_rule = (session.policy.keep_drafting if request.drafter == "auto" and request.adaptive_k
                        and session.policy.length_by_confidence else None)

@@ -6,8 +6,8 @@ busy long after the client was answered. A forward pre-hook on each decoder laye
 The caller (TrackedCache.forward) cuts the KV cache back to what it held before the pass.
 
 Inside a torch.compile'd graph the hook does nothing (a fullgraph cannot raise on a Python flag): a compiled step
-(one decode or verify pass of a few tokens, engine/compiled.py) stays one unit. Prefill always runs eagerly, so it
-stays interruptible on compiled models too.
+(one decode or verify pass of a few tokens, engine/weights/compiled.py) stays one unit. Prefill always runs eagerly,
+so it stays interruptible on compiled models too.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
 FinishReason = Literal["eos", "stop", "length", "cancelled"]
-# "auto" picks among the others pass by pass, by expected tokens per second on this machine (engine/policy.py).
+# "auto" picks among the others pass by pass, by expected tokens per second on this machine (engine/decode/policy.py).
 DrafterName = Literal["auto", "none", "draft", "lookup", "hybrid"]
 
 
@@ -31,7 +31,7 @@ class CancelToken:
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call listener when the token is set (at once if it already is): for code that cannot ask is_set() itself,
-        such as llama.cpp's compute threads (engine/llamacpp.py)."""
+        such as llama.cpp's compute threads (engine/weights/llamacpp.py)."""
         with self._lock:
             self._listeners.append(listener)
             already = self._event.is_set()
@@ -57,8 +57,8 @@ class CompletionRequest:
     drafter: DrafterName = "auto"
     max_draft_tokens: int = 8  # upper bound for adaptive K
     adaptive_k: bool = True  # False pins K = max_draft_tokens and keeps drafting on (explicit drafters only)
-    # Token healing (engine/healing.py): the bytes of the prompt's backed-off last token. The first generated token
-    # must start with them, and the text returned (and seen by `stop`) is what follows them.
+    # Token healing (engine/decode/healing.py): the bytes of the prompt's backed-off last token. The first generated
+    # token must start with them, and the text returned (and seen by `stop`) is what follows them.
     heal: bytes = b""
     # The first this-many prompt tokens are what the next keystroke's request will likely share (the whole prompt when
     # the typed line comes after the FIM middle): a cancelled prefill pass inside them ends rather than losing its

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # How many developers one GPU serves (issue 11.3): `vllm serve` with the target, its speculative config and prefix
 # caching, then N simulated developers at once (codecue-replay run --clients N, each its own
-# `codecue-lsp --engine http://127.0.0.1:PORT/v1`) for N = 1, 2, 4, 8. Two runs per N, as scripts/bench-clients.sh:
+# `codecue-lsp --engine http://127.0.0.1:PORT/v1`) for N = 1, 2, 4, 8. Two runs per N:
 #   typing  the typing trace at its real speed: keystrokes cancel requests, as in an editor
 #   holes   fill-in-the-middle holes as fast as possible: every request reaches the engine
 #
 #   scripts/bench-vllm-clients.sh [--model HF_ID] [--draft HF_ID] [--spec draft|ngram|none] [--clients "1 2 4 8"]
 #                                 [--trace FILE] [--holes-trace FILE] [--speed 1] [--stagger 2] [--max-model-len 4096]
-#                                 [--out docs/bench-vllm-clients.json]
+#                                 [--out out/bench-vllm-clients.json]
 #
 # Run it on a machine with an NVIDIA GPU and vLLM installed (`pip install vllm`); the models come from the Hugging Face
 # hub (or its cache). Environment: VLLM (the vllm command, default `vllm`), NVIDIA_SMI (default `nvidia-smi`), PYTHON
@@ -29,7 +29,7 @@ HOLES_SYNTH="codecue-replay synth --humaneval 10,20,30 --fim-holes 2 --seed 0"
 SPEED=1
 STAGGER=2
 MAX_MODEL_LEN=4096
-OUT="$REPO/docs/bench-vllm-clients.json"
+OUT="$REPO/out/bench-vllm-clients.json"  # a result kept in docs/performance.md goes to docs/results/
 
 fail() { echo "bench-vllm-clients: $*" >&2; exit 1; }
 
@@ -50,7 +50,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # What this needs, checked before anything starts, each with what to do about it.
-on_cpu="Without a GPU, scripts/bench-clients.sh measures the same with llama-server on the CPU."
+on_cpu="Without a GPU, measure the same on the CPU: codecue-replay run TRACE --clients N against llama-server (docs/deploy.md)."
 command -v "$VLLM" >/dev/null 2>&1 \
     || fail "vLLM is not installed here (no '$VLLM' command): pip install vllm on a machine with a GPU, or set" \
             "VLLM=/path/to/vllm. $on_cpu"
@@ -116,6 +116,7 @@ done
 gpu_names="$("$NVIDIA_SMI" --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | paste -sd ';' || true)"
 what="N simulated developers, each its own codecue-lsp --engine http://127.0.0.1:PORT/v1, one vllm serve ($MODEL,"
 what+=" speculative: $SPEC). typing: the trace at its real speed (keystrokes cancel); holes: FIM holes as fast as possible"
+mkdir -p "$(dirname "$OUT")"
 "$PYTHON" -m codecue_lsp.replay.bench_table --work "$work" --clients "$CLIENTS" --out "$OUT" --what "$what" \
     --home "${CODECUE_HOME:-$HOME/.cache/codecue}" --repo "$REPO" --engine-info "GPU: ${gpu_names:-unknown}" \
     --trace-note "typing: ${TRACE#"$REPO"/} at ${SPEED}x, clients ${STAGGER} s apart; holes: $HOLES_SYNTH"

@@ -8,12 +8,12 @@
 # tunes the build to this CPU, so the stamp records the CPU model and a build from another machine is redone.
 # ~5 minutes on 2 cores. Idempotent: exits at once when the same version is already built for this CPU.
 # --avx2: AVX2 kernels only (no AVX-512), shared libraries included (libllama.so for llama-cpp-python through
-# LLAMA_CPP_LIB_PATH=<bin>): an AVX2-only CPU emulated on a newer one (docs/benchmarks.md). Use another CODECUE_HOME.
+# LLAMA_CPP_LIB_PATH=<bin>): an AVX2-only CPU emulated on a newer one (docs/performance.md). Use another CODECUE_HOME.
 set -euo pipefail
 
 VARIANT=native
 if [[ "${1:-}" == "--avx2" ]]; then VARIANT=avx2; shift; fi
-VERSION="0.3.36"  # llama-cpp-python; vendors llama.cpp commit 0c1e57098 (shared/facts.md)
+VERSION="0.3.36"  # llama-cpp-python; vendors llama.cpp commit 0c1e57098
 TARGETS=(llama-bench llama-server llama-completion)
 HOME_DIR="${CODECUE_HOME:-$HOME/.cache/codecue}"
 OUT="$HOME_DIR/llama.cpp"

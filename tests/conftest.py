@@ -14,7 +14,7 @@ CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 def share_kernel_builds() -> None:
     """Tests run with homes of their own (and calibration children inherit them): the vnni kernel is built once
     per session in the real home's extensions folder, not once per home (~40 s a build on 2 cores)."""
-    from engine.models import codecue_home
+    from engine.paths import codecue_home
 
     os.environ.setdefault("CODECUE_EXTENSIONS", str(codecue_home() / "extensions"))
 
@@ -41,6 +41,30 @@ def pytest_make_collect_report(collector):
     report = yield
     fail_skip_under_ci(report)  # a module-level skip (importorskip) skips at collection
     return report
+
+
+@pytest.fixture(autouse=True)
+def engine_options_from_the_environment():
+    """Each test starts with the engine's options read from its environment at their first use (a test's
+    monkeypatch.setenv before that counts), and leaves none of its own behind (engine/options.py)."""
+    from engine import options
+
+    options.use(None)
+    yield
+    options.use(None)
+
+
+@pytest.fixture
+def engine_options():
+    """set_options(**fields): the engine's options for this test, the environment's with these fields changed."""
+    from dataclasses import replace
+
+    from engine import options
+
+    def set_options(**changes):
+        options.use(replace(options.current(), **changes))
+        return options.current()
+    return set_options
 
 
 @pytest.fixture(scope="session")

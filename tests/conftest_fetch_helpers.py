@@ -10,7 +10,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from engine.fetch import module_name
+from engine.store.fetch import module_name
 
 
 def write_fake_wheel(dest: Path, package: str, version: str, part: int, blob: bytes) -> Path:

@@ -8,8 +8,9 @@ from functools import lru_cache
 import torch
 
 from engine import Engine
-from engine.drafters import Draft
-from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec
+from engine.decode.drafters import Draft
+from engine.loading.pair import LoadedPair
+from engine.store.config import FimTemplate, ModelSpec, PairSpec
 from engine.testing import build_tiny_model, build_tokenizer
 
 # Tiny models run fastest on one thread, and the test machine's two cores are shared with other test processes.
@@ -21,8 +22,8 @@ STOP_IDS = (0, 1, 2, 3, 4, 5, 6, 7)  # the tiny tokenizer's special tokens
 def kernel_marches() -> list[str]:
     """The builds of the vnni extension this CPU can run: its own ("native"), and on a CPU with AVX-512 VNNI also the
     AVX2 one (x86-64-v3) a CPU without AVX-512 would build and the AVX-VNNI path (Intel's client CPUs) through the
-    same instruction's AVX-512 form (engine/vnni.py: EMULATED_MARCHES), so that every vector path is tested on one
-    machine."""
+    same instruction's AVX-512 form (engine/weights/vnni.py: EMULATED_MARCHES), so that every vector path is tested on
+    one machine."""
     from pathlib import Path
 
     flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()

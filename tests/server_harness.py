@@ -16,7 +16,6 @@ import json
 import threading
 from collections import defaultdict
 
-
 # Only a hang guard: how long a blocked step waits for the test before giving up (so that a server that blocks
 # its event loop makes the test fail instead of hanging it).
 HANG_GUARD_S = 15.0
@@ -91,9 +90,10 @@ class InProcessClient:
 @contextlib.asynccontextmanager
 async def tiny_in_process_server(settings: dict):
     """An initialized in-process server with a completer on the tiny engine (no model loading); shut down after."""
+    from engine_helpers import tiny_engine
+
     from codecue_lsp.completer import Completer
     from codecue_lsp.server import make_server
-    from engine_helpers import tiny_engine
 
     server = make_server(settings)
     client = InProcessClient(server)

@@ -38,7 +38,7 @@ def test_bench_engine_report_on_the_tiny_pair(tmp_path, monkeypatch, tiny_pair_e
     report = json.loads(out.read_text())
     assert report["prompts"] == 2 and report["dtype"] == "float32"
     # Which machine the figures came from: its processor as the calibration keys it, its torch and threads.
-    from engine.calibrate import processor_name
+    from engine.machine import processor_name
 
     assert report["machine"]["processor"] == processor_name("cpu")
     assert report["machine"]["threads"] >= 1 and report["machine"]["torch"]
@@ -220,7 +220,7 @@ def test_without_a_draft_model_the_draft_modes_are_left_out_or_refused(capsys):
     from types import SimpleNamespace
 
     from codecue_bench.engine_bench import pick_modes
-    from engine.models import ModelsError
+    from engine.store.config import ModelsError
 
     # The calibration decided the draft model does not pay: "hybrid" would silently run lookup alone.
     pair = SimpleNamespace(draft=None, spec=SimpleNamespace(target=SimpleNamespace(gguf_file=None)))
@@ -242,7 +242,7 @@ def test_prompt_bench_line_n_split_starts_the_middle_lines_above_the_hole():
 
     from codecue_bench.prompt_bench import built_for, holes, parse_split
     from codecue_lsp.prompt import OpenDocument, PromptBudget
-    from engine.models import FimTemplate
+    from engine.store.config import FimTemplate
 
     fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
     engine = SimpleNamespace(fim=fim, count_tokens=lambda text: len(text) // 3 + 1)
@@ -317,7 +317,7 @@ def test_layout_bench_counts_prompts_started_over_while_typing(tmp_path, monkeyp
 
 
 def test_bench_passes_times_the_lean_step_against_transformers_forward(monkeypatch, capsys, tiny_pair_env):
-    from engine import lean_step
+    from engine.weights import lean_step
 
     for key, value in tiny_pair_env.items():
         monkeypatch.setenv(key, value)
@@ -374,7 +374,7 @@ ROUND_CASES = [
 
 @pytest.mark.parametrize("rows, kind, expected", ROUND_CASES)
 def test_x_target_by_round_is_each_rounds_own_ratio(rows, kind, expected):
-    from codecue_bench.engine_bench import x_target_by_round
+    from codecue_bench.engine_report import x_target_by_round
 
     by_round = x_target_by_round(rows, ["target", "auto"])
     assert by_round[kind]["auto"] == pytest.approx(expected)

@@ -4,11 +4,23 @@ import json
 import random
 
 import pytest
-
-from codecue_bench.bound_bench import (Costs, Trace, costs_from_bench, every_draft_right_ms, fastest_ms, fixed_plan_ms,
-                                       lookup_outcomes, main, measured_auto, mixed_fastest_ms, record, runs_of_right,
-                                       speedups)
 from engine_helpers import reference_greedy, tiny_engine
+
+from codecue_bench.bound_bench import (
+    Costs,
+    Trace,
+    costs_from_bench,
+    every_draft_right_ms,
+    fastest_ms,
+    fixed_plan_ms,
+    lookup_outcomes,
+    main,
+    measured_auto,
+    mixed_fastest_ms,
+    record,
+    runs_of_right,
+    speedups,
+)
 
 FLAT = Costs({1: 10.0, 2: 10.0}, 0.0)  # verify rows free, drafting free: only target passes count
 STEEP = Costs({1: 10.0, 9: 50.0}, 4.0)  # each verify row 5 ms, a draft step 4 ms

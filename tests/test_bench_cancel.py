@@ -9,7 +9,7 @@ from codecue_bench.cancel_bench import MEASURES
 from codecue_bench.server_bench import CANCEL_PHASES, run_server_bench
 
 TRIALS = 2
-FILE = Path(__file__).resolve().parents[1] / "engine" / "speculative.py"
+FILE = Path(__file__).resolve().parents[1] / "engine" / "decode" / "speculative.py"
 
 
 def test_cancels_in_prefill_and_in_decode_stop_the_engine(tiny_pair_env):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from codecue_bench import gpu
-from engine import lean_step
+from engine.weights import lean_step
 
 REPO = Path(__file__).resolve().parents[1]
 # The lent GPU has torch + transformers and nothing of ours: the script must not touch these on its way.
@@ -101,7 +101,7 @@ def test_gpu_bench_measures_the_engines_compiled_steps_too(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     compiled = json.loads((tmp_path / "gpu.json").read_text())["compiled"]
     assert isinstance(compiled, dict), compiled  # a string says why compile failed
-    from engine.compiled import TARGET_WIDTHS
+    from engine.weights.compiled import TARGET_WIDTHS
 
     assert compiled["widths"] == list(TARGET_WIDTHS)  # every width the engine compiles
     assert [m["identical_to_target"] for m in compiled["decode"].values()] == [None, True, True]

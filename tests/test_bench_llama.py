@@ -75,7 +75,7 @@ def test_completion_sends_token_ids_greedy_with_the_prompt_cache_and_reads_the_a
 def test_engine_bench_runs_llama_cpp_as_a_mode_on_the_same_prompt_ids(fake, tmp_path, monkeypatch, tiny_pair_env):
     from transformers import AutoTokenizer
 
-    from engine.models import load_config, model_dir
+    from engine.store.config import load_config, model_dir
 
     for key, value in tiny_pair_env.items():
         monkeypatch.setenv(key, value)

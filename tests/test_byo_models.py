@@ -1,4 +1,4 @@
-"""Bring your own models (engine/local_models.py): models.toml entries that point at a local Hugging Face directory
+"""Bring your own models (engine/store/local.py): models.toml entries that point at a local Hugging Face directory
 (`path`) or a local GGUF file (`gguf_path`), pairs that mix them, and the check that a pair shares one vocabulary.
 
 The "user's" models are tiny random Qwen2 models written here, outside CODECUE_HOME: Hugging Face directories
@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,20 @@ from codecue_lsp.config import Settings
 from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.text import split_cursor
 from codecue_lsp.remote import build_remote_completer
-from engine import CompletionRequest, Engine, models_cli
-from engine.local_models import first_difference
-from engine.models import ModelsError, load_config, load_pair, model_dir
-from engine.testing import SPECIAL_TOKENS, build_tiny_model, build_tokenizer, training_corpus, write_gguf
+from engine import CompletionRequest, Engine
+from engine import cli as models_cli
+from engine import options
+from engine.loading.pair import load_pair
+from engine.options import EngineOptions
+from engine.store.config import ModelsError, load_config, model_dir
+from engine.store.local import first_difference
+from engine.testing import (
+    SPECIAL_TOKENS,
+    build_tiny_model,
+    build_tokenizer,
+    training_corpus,
+    write_gguf,
+)
 
 OTHER_VOCAB = 300  # the tiny tokenizer has 384 tokens: the same BPE stopped at 300 is a prefix of it
 STOP = "stop_token_ids = [0, 1, 2, 3, 4, 5, 6, 7]"
@@ -166,29 +177,26 @@ def byo(tmp_path_factory):
             "target_gguf": target_gguf}
 
 
-def use(monkeypatch, byo, home: Path) -> None:
-    monkeypatch.setenv("CODECUE_HOME", str(home))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(byo["toml"]))
-    monkeypatch.delenv("CODECUE_TARGET_WEIGHTS", raising=False)
-    monkeypatch.delenv("CODECUE_DRAFT_WEIGHTS", raising=False)
-    monkeypatch.delenv("CODECUE_DTYPE", raising=False)
-    monkeypatch.delenv("CODECUE_COMPILE", raising=False)
+def use(byo, home: Path) -> None:
+    """The engine's options: this home and the byo models file, no format pinned (tests/conftest.py resets them)."""
+    options.use(replace(EngineOptions.from_environment(), home=home, models_toml=byo["toml"], target_weights=None,
+                        draft_weights=None, dtype=None, compile=None))
 
 
 @pytest.fixture(scope="module")
 def fetched_home(byo, tmp_path_factory):
     """A CODECUE_HOME where `codecue-models fetch` converted the local GGUFs of both mixed pairs."""
     home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        use(mp, byo, home)
-        assert models_cli.main(["fetch", "--pair", "hf-gguf"]) == 0
-        assert models_cli.main(["fetch", "--pair", "gguf-hf"]) == 0
+    use(byo, home)
+    assert models_cli.main(["fetch", "--pair", "hf-gguf"]) == 0
+    assert models_cli.main(["fetch", "--pair", "gguf-hf"]) == 0
+    options.use(None)
     return home
 
 
 @pytest.fixture
 def fetched(byo, fetched_home, monkeypatch):
-    use(monkeypatch, byo, fetched_home)
+    use(byo, fetched_home)
     return fetched_home
 
 
@@ -236,7 +244,7 @@ def test_a_pair_naming_an_unknown_model_is_a_clear_error(tmp_path):
 # ---- codecue-models ----------------------------------------------------------------------------------------------
 
 def test_list_shows_states_and_fetch_converts_without_touching_the_users_files(byo, tmp_path, monkeypatch, capsys):
-    use(monkeypatch, byo, tmp_path / "home")
+    use(byo, tmp_path / "home")
     before = snapshot(byo["root"])
     states, out = list_states(capsys)
     assert states["hf-target"] == "ready" and states["hf-draft"] == "ready"  # a directory is used in place
@@ -272,7 +280,7 @@ def test_list_shows_states_and_fetch_converts_without_touching_the_users_files(b
 
 
 def test_sha256_mismatch_is_refused_naming_the_file_and_both_digests(byo, tmp_path, monkeypatch, capsys):
-    use(monkeypatch, byo, tmp_path / "home")
+    use(byo, tmp_path / "home")
     gguf = byo["root"] / "target.gguf"
     before = gguf.read_bytes()
     assert models_cli.main(["fetch", "--pair", "wrong-sha"]) == 1
@@ -285,7 +293,7 @@ def test_sha256_mismatch_is_refused_naming_the_file_and_both_digests(byo, tmp_pa
 
 
 def test_missing_files_name_the_fix(byo, tmp_path, monkeypatch, capsys):
-    use(monkeypatch, byo, tmp_path / "home")
+    use(byo, tmp_path / "home")
     with pytest.raises(ModelsError, match="does not exist; fix `gguf_path` of gguf-nowhere in models.toml"):
         load_pair("nowhere", device="cpu")
     with pytest.raises(ModelsError, match=r"gguf-target is not ready: .*run `codecue-models fetch --pair gguf-hf`"):
@@ -299,7 +307,7 @@ def test_missing_files_name_the_fix(byo, tmp_path, monkeypatch, capsys):
     toml = tmp_path / "models.toml"
     toml.write_text(byo["toml"].read_text() + f'\n[models.broken]\nfamily = "tiny"\npath = "{broken}"\n{STOP}\n'
                     '[pairs.broken]\ntarget = "broken"\ndraft = "hf-draft"\n')
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    options.use(replace(options.current(), models_toml=toml))
     states, out = list_states(capsys)
     assert states["broken"] == "missing" and f"{broken} lacks tokenizer.json" in out
     with pytest.raises(ModelsError, match="lacks tokenizer.json"):
@@ -416,6 +424,6 @@ def test_remote_backend_finds_a_byo_models_tokenizer(fetched, byo, caplog):
 
 
 def test_remote_backend_without_the_conversion_sends_text(byo, tmp_path, monkeypatch, caplog):
-    use(monkeypatch, byo, tmp_path / "home")  # gguf-target not converted here
+    use(byo, tmp_path / "home")  # gguf-target not converted here
     encoder, prompt = remote_prompt("gguf-hf")
     assert encoder is None and isinstance(prompt, str)

@@ -1,9 +1,9 @@
 """The server applies edits at LSP positions, which count only \\n, \\r\\n and \\r as line breaks (documents.py)."""
 import pytest
 import pytest_asyncio
+from server_harness import tiny_in_process_server
 
 from codecue_lsp.documents import LspTextDocument
-from server_harness import tiny_in_process_server
 
 URI = "file:///w/paged.py"
 

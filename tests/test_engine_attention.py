@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_helpers import random_prompt, reference_greedy, tiny_pair
+from test_engine_gguf import tiny_qwen
 from transformers import DynamicCache
 
 from engine import CompletionRequest, Engine
-from engine.attention import ATTENTION, grouped_attention, register
-from engine.models import LoadedPair, PairSpec
-from engine_helpers import random_prompt, reference_greedy, tiny_pair
-from test_engine_gguf import tiny_qwen
+from engine.loading.pair import LoadedPair
+from engine.store.config import PairSpec
+from engine.weights.attention import ATTENTION, grouped_attention, register
 
 
 def models(seed: int = 3):

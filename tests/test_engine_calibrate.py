@@ -5,15 +5,28 @@ import json
 
 import pytest
 import torch
-
-from engine import calibrate as cal_mod
-from engine import calibrate_torch as timing
-from engine.calibrate import (DRAFT_FORMATS, TARGET_FORMATS, Calibration, Measurement, WIDTHS, calibration_for, choose,
-                              expected_speedup, formats_here, load_cached, machine_key)
-from engine.calibrate_report import format_table
-from engine.calibrate_torch import full_depth
-from engine.testing import tiny_config
 from engine_helpers import kernel_marches
+
+from engine import machine
+from engine.calibration import measurements as cal_mod
+from engine.calibration import run as cal_run
+from engine.calibration import torch_timing as timing
+from engine.calibration.measurements import (
+    DRAFT_FORMATS,
+    TARGET_FORMATS,
+    WIDTHS,
+    Calibration,
+    Measurement,
+    choose,
+    expected_speedup,
+    formats_here,
+    load_cached,
+    machine_key,
+)
+from engine.calibration.report import format_table
+from engine.calibration.run import calibration_for
+from engine.calibration.torch_timing import full_depth
+from engine.testing import tiny_config
 
 
 def passes(one: float, growth: float = 0.0) -> dict[int, float]:
@@ -168,11 +181,11 @@ def test_the_same_weights_in_another_dtype_are_screened_at_one_and_a_half(monkey
 
 def test_the_screen_times_one_token_after_the_context(monkeypatch):
     """bf16 as fast as fp32 after a one-token context but slow after the calibration's context (seen under the AVX2
-    emulation: vnni in bf16 1.1-1.5x fp32 after one token, 2.15x after 1,024, and timed in full): the one-token
+    emulation: vnni in bf16, close to fp32 after one token, twice its cost after 1,024): the one-token
     pass that screens a combination runs after the context, so bf16 is recorded from it alone."""
     import time as real_time
 
-    from engine.kvcache import TrackedCache
+    from engine.decode.kvcache import TrackedCache
 
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
@@ -192,15 +205,15 @@ def test_the_screen_times_one_token_after_the_context(monkeypatch):
 
 @pytest.mark.parametrize("limit_s,calls", [(1.0, 2), (0.3, 1)])
 def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch, limit_s, calls):
-    """The first prefill at a new width pays first-call costs (oneDNN's: 98 vs 130-138 tok/s on a Zen 4; the vnni
-    kernel's 57 vs 64-77 under the AVX2 emulation); a prefill over the passes' small budget still gets its second
-    call, as llama.cpp's rows get a warm-up, or torch rows lose prefill speed llama.cpp's keep. Only a first call
-    over PREFILL_SECOND_CALL_S (seconds: the default is 6) goes without."""
+    """The first prefill at a new width pays first-call costs (oneDNN's and the vnni kernel's alike); a prefill
+    over the passes' small budget still gets its second call, as llama.cpp's rows get a warm-up, or torch rows lose
+    prefill speed llama.cpp's keep. Only a first call over PREFILL_SECOND_CALL_S (seconds: the default is 6) goes
+    without."""
     import time as real_time
 
     monkeypatch.setattr(timing, "PREFILL_SECOND_CALL_S", limit_s)
 
-    from engine.kvcache import TrackedCache
+    from engine.decode.kvcache import TrackedCache
 
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
@@ -220,10 +233,10 @@ def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch, limit_s, ca
 
 @pytest.mark.parametrize("screen_s,timed", [(60.0, False), (0.0, True)])
 def test_a_w8a8_prefill_copy_is_screened_before_it_is_timed(monkeypatch, screen_s, timed):
-    """On a CPU without a fast int8 matmul (an AVX2-only Zen 3: `torch._int_mm` 30-50x slower than fp32) timing the
+    """On a CPU without a fast int8 matmul (an AVX2-only Zen 3: `torch._int_mm` far slower than fp32) timing the
     vnni formats' W8A8 copy would take minutes: a one-matmul estimate over twice the format's own prefill is
     recorded instead; otherwise the copy is timed."""
-    from engine import calibrate_llamacpp
+    from engine.calibration import llamacpp_timing as calibrate_llamacpp
 
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
     monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: screen_s)
@@ -276,7 +289,7 @@ def test_a_probe_builds_one_layer_with_a_small_head(monkeypatch):
 
 
 def test_vnni_formats_are_timed_where_their_kernel_is_offered_and_key_the_table(monkeypatch):
-    from engine import vnni
+    from engine.weights import vnni
 
     target = tiny_config(384, 1, hidden=64)
     monkeypatch.setattr(vnni, "offered", lambda: False)
@@ -294,7 +307,7 @@ def test_vnni_formats_are_timed_where_their_kernel_is_offered_and_key_the_table(
 def test_an_edited_kernel_is_timed_again(monkeypatch, tmp_path):
     """The table's times are the kernel's: another kernel source (a faster build of the same numbers) is another
     table, measured afresh; without the vnni formats the source does not matter."""
-    from engine import vnni
+    from engine.weights import vnni
 
     target = tiny_config(384, 1, hidden=64)
     monkeypatch.setattr(vnni, "offered", lambda: True)
@@ -311,17 +324,17 @@ def test_an_edited_kernel_is_timed_again(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("march", kernel_marches())
-def test_the_kernels_vector_path_keys_the_table_and_is_printed(monkeypatch, march):
+def test_the_kernels_vector_path_keys_the_table_and_is_printed(monkeypatch, engine_options, march):
     """The AVX2 build of the kernel (a CPU without AVX-512, or $CODECUE_KERNEL_MARCH=x86-64-v3 on one with it) times
     differently from the AVX-512 one: another table, and the report says which path its vnni rows ran."""
-    from engine import vnni
+    from engine.weights import vnni
 
     target = tiny_config(384, 1, hidden=64)
     monkeypatch.setattr(vnni, "offered", lambda: True)
-    monkeypatch.setenv("CODECUE_KERNEL_MARCH", march)
+    engine_options(kernel_march=march)
     key = machine_key("cpu", target, None)
     assert key["vnni_kernel"] == vnni.kernel(march).simd() != "none"
-    monkeypatch.setenv("CODECUE_KERNEL_MARCH", "native")
+    engine_options(kernel_march="native")
     assert (key == machine_key("cpu", target, None)) == (march == "native")
     cal = cal_mod.Calibration(key=key, measurements=[], seconds=1.0)
     assert f"vnni kernel {key['vnni_kernel']}" in format_table(cal).splitlines()[0]
@@ -365,10 +378,10 @@ def test_lookup_speedup_table(growth, hit, alpha, want):
 
 
 def test_a_near_tie_goes_to_the_target_whose_cheap_verify_lets_the_lookup_pay():
-    """Measured under the AVX2 emulation (docs/benchmarks.md, twentieth): the vnni target 40.0 ms a token, llama.cpp's
-    42.6, prefill 70 vs 74 tok/s; without the lookup's drafts llama.cpp's short completion was 1 % cheaper, while the
-    engine bench ran the vnni target 1.06x llama.cpp end to end and auto 1.11x (lookup drafts on a verify pass of 4
-    tokens at 1.45x one, llama.cpp's 2.7x)."""
+    """A calibration measured under the AVX2 emulation: the vnni target 40.0 ms a token, llama.cpp's 42.6, prefill
+    70 vs 74 tok/s. Without the lookup's drafts llama.cpp's short completion is a little cheaper, yet the engine bench
+    ran the vnni target ahead of llama.cpp end to end (lookup drafts on a verify pass of 4 tokens at 1.45x one,
+    llama.cpp's 2.7x)."""
     vnni = Measurement("target", "vnni", "float32", {1: 40.0, 2: 41.2, 4: 57.8, 8: 134.9, 16: 249.3}, 70.0)
     llama = Measurement("target", "llamacpp", "ggml", {1: 42.6, 2: 71.3, 4: 114.2, 8: 321.9, 16: 424.4}, 74.0)
     plain = {row.weights: 1000 * 100 / row.prefill_tok_s + 16 * row.pass_ms[1] for row in (vnni, llama)}
@@ -395,8 +408,8 @@ def test_full_depth_cycles_distinct_layers_with_their_own_cache_slots():
 def test_a_pass_is_timed_after_a_context_written_straight_into_the_cache():
     from transformers import Qwen2ForCausalLM
 
-    from engine.calibrate_torch import fill_context
-    from engine.kvcache import TrackedCache
+    from engine.calibration.torch_timing import fill_context
+    from engine.decode.kvcache import TrackedCache
 
     model = Qwen2ForCausalLM(tiny_config(384, 2, hidden=64)).eval().to(torch.bfloat16)
     cache = TrackedCache(model)
@@ -422,7 +435,7 @@ def test_calibration_measures_caches_and_rekeys(tmp_path, monkeypatch):
     assert complete and all(v > 0 for x in complete for v in x.pass_ms.values())
     assert all(x.prefill_tok_s > 0 for x in complete)
     # Cached: the second call measures nothing.
-    monkeypatch.setattr(timing, "calibrate", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(cal_run, "calibrate", lambda *a, **k: pytest.fail("measured again"))
     again = calibration_for(tmp_path, target, draft, progress=False)
     assert [x.pass_ms for x in again.measurements] == [x.pass_ms for x in first.measurements]
     # Another processor or torch version is another machine: not in the cache.
@@ -450,8 +463,8 @@ def test_rows_measured_first_shortlist_the_torch_formats_of_their_role(monkeypat
     assert choose(cal, cal_mod.TARGET_FORMATS + ("llamacpp",)).target_weights == "llamacpp"
 
 
-def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypatch):
-    from engine.models import load_pair
+def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypatch, engine_options):
+    from engine.loading.pair import load_pair
     from engine.testing import build_tiny_pair
 
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
@@ -460,11 +473,10 @@ def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypat
     toml.write_text(toml.read_text().replace('target_weights = "dense"', 'target_weights = "auto"')
                     .replace('draft_weights = "dense"', 'draft_weights = "auto"')
                     .replace('activations = "float32"', 'activations = "auto"'))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
-    monkeypatch.setenv("CODECUE_HOME", str(home))
+    engine_options(models_toml=toml, home=home)
     # The load measures in a child process (no torch op on the loading thread leaves an OpenMP pool behind):
     # measuring in this process fails the test.
-    monkeypatch.setattr(timing, "calibrate", lambda *a, **k: pytest.fail("measured in the loading process"))
+    monkeypatch.setattr(cal_run, "calibrate", lambda *a, **k: pytest.fail("measured in the loading process"))
     pair = load_pair("tiny", device="cpu", with_draft=True)
     assert (home / "calibration.json").is_file()
     choice = pair.choice
@@ -475,7 +487,7 @@ def test_load_pair_auto_calibrates_once_and_loads_the_choice(tmp_path, monkeypat
     linears = [x for x in pair.target.modules() if isinstance(x, torch.nn.Linear)]
     assert (len(linears) == 0) == (choice.target_weights != "dense")
     # An explicit format skips nothing: the cached table still answers, nothing is measured again.
-    monkeypatch.setattr(cal_mod, "measured_in_child", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(cal_run, "measured_in_child", lambda *a, **k: pytest.fail("measured again"))
     pinned = load_pair("tiny", device="cpu", target_weights="int8", dtype="auto", with_draft=False)
     assert pinned.target_weights == "int8" and pinned.draft is None
 
@@ -486,14 +498,15 @@ def test_a_child_that_fails_leaves_the_measuring_to_the_caller(tmp_path, caplog)
     not_a_dir.write_text("a file where the home should be")
     target = tiny_config(384, 1, hidden=64)
     with caplog.at_level("WARNING"):
-        assert cal_mod.measured_in_child(not_a_dir, target, None, "cpu", False, False, None) is None
+        assert cal_run.measured_in_child(not_a_dir, target, None, "cpu", False, False, None) is None
     assert "child process failed" in caplog.text
 
 
-def test_a_child_that_crashes_is_not_measured_again_in_the_server(tmp_path, monkeypatch):
+def test_a_child_that_crashes_is_not_measured_again_in_the_server(tmp_path, monkeypatch, engine_options):
     """A child killed by a signal (a kernel that crashes on this machine) is not retried in the loading process,
     which would die the same way: the load fails with a message that names how to choose the formats instead."""
-    from engine.models import ModelsError, load_pair
+    from engine.loading.pair import load_pair
+    from engine.store.config import ModelsError
     from engine.testing import build_tiny_pair
 
     crash = tmp_path / "crash"
@@ -501,13 +514,12 @@ def test_a_child_that_crashes_is_not_measured_again_in_the_server(tmp_path, monk
     (crash / "sitecustomize.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     home, toml = build_tiny_pair(tmp_path)
     toml.write_text(toml.read_text().replace('target_weights = "dense"', 'target_weights = "auto"'))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
-    monkeypatch.setenv("CODECUE_HOME", str(home))
+    engine_options(models_toml=toml, home=home)
     monkeypatch.setenv("PYTHONPATH", str(crash))  # the child's interpreter dies as it starts
-    monkeypatch.setattr(timing, "calibrate", lambda *a, **k: pytest.fail("measured in the loading process"))
+    monkeypatch.setattr(cal_run, "calibrate", lambda *a, **k: pytest.fail("measured in the loading process"))
     with pytest.raises(ModelsError, match=r"crashed .*signal 11.*CODECUE_TARGET_WEIGHTS=") as caught:
         load_pair("tiny", device="cpu", with_draft=False)
-    assert isinstance(caught.value.__cause__, cal_mod.CalibrationCrashed)
+    assert isinstance(caught.value.__cause__, cal_run.CalibrationCrashed)
     assert not (home / "calibration.json").exists()
 
 
@@ -520,7 +532,7 @@ def test_a_child_that_crashes_is_not_measured_again_in_the_server(tmp_path, monk
 ])
 def test_the_processor_name_tells_cpu_generations_apart(cpuinfo, expected):
     """Cloud CPUs that say only "AMD EPYC" differ by family and model (Zen 3: AVX2 only; Zen 4: AVX-512)."""
-    assert cal_mod.cpu_name(cpuinfo) == expected
+    assert machine.cpu_name(cpuinfo) == expected
 
 
 @pytest.mark.parametrize("growth,note", [

@@ -1,13 +1,13 @@
-"""Close finalists of the calibration are timed again side by side (engine/calibrate_finalists.py)."""
+"""Close finalists of the calibration are timed again side by side (engine/calibration/finalists.py)."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from engine import calibrate_torch as timing
-from engine.calibrate import WIDTHS, Measurement, no_dearer_than_wider
-from engine.calibrate_finalists import rival_in_reach, time_side_by_side
+from engine.calibration import torch_timing as timing
+from engine.calibration.finalists import rival_in_reach, time_side_by_side
+from engine.calibration.measurements import WIDTHS, Measurement, no_dearer_than_wider
 from engine.testing import tiny_config
 
 
@@ -95,7 +95,7 @@ class WidthCosts:
 def test_a_width_where_one_finalist_is_clearly_ahead_stops_after_two_rounds():
     """Close at 1 and 2 tokens (every round), llama.cpp 2.5x the vnni kernel from 4 tokens on (as under the AVX2
     emulation): those widths need no five rounds to tell (over SETTLED_RATIO), and took most of the retiming's
-    9-11 s."""
+    time."""
     llama_ms = {1: 42.0, 2: 76.0, 4: 160.0, 8: 375.0, 16: 650.0}
     vnni_ms = {1: 40.0, 2: 60.0, 4: 64.0, 8: 150.0, 16: 260.0}
     llama, vnni = WidthCosts(llama_ms), WidthCosts(vnni_ms)
@@ -108,7 +108,7 @@ def test_a_width_where_one_finalist_is_clearly_ahead_stops_after_two_rounds():
 
 def test_the_finalist_ahead_at_a_settled_width_keeps_its_best_of_every_round():
     """Its figures price the verify passes the drafting policy weighs: with two calls, a slow stretch over both left
-    a Zen 4's 4-token pass at 53.2 ms between 34.8 (2 tokens) and 65.5 (8), timed again at 39-43."""
+    a Zen 4's 4-token pass out of line with the widths beside it."""
     llama_ms = {1: 42.0, 2: 76.0, 4: 160.0, 8: 375.0, 16: 650.0}
     vnni_ms = {1: 40.0, 2: 44.0, 4: 52.0, 8: 66.0, 16: 125.0}
     llama, vnni = WidthCosts(llama_ms), WidthCosts(vnni_ms)
@@ -140,8 +140,8 @@ def test_calibrate_times_a_close_rival_again_beside_torchs_best(monkeypatch, rat
     call is close) the best torch row and llama.cpp's are timed again in turn, the torch passes for real."""
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
-    monkeypatch.setattr("engine.calibrate_finalists.FINALIST_RATIO", ratio)
-    monkeypatch.setattr("engine.calibrate_finalists.ROUNDS", 2)
+    monkeypatch.setattr("engine.calibration.finalists.FINALIST_RATIO", ratio)
+    monkeypatch.setattr("engine.calibration.finalists.ROUNDS", 2)
     target, draft = tiny_config(384, 2, hidden=64), tiny_config(384, 1, hidden=64)
     llama = Measurement("target", "llamacpp", "ggml", {w: 7.0 for w in WIDTHS}, 500.0)
     rival = RecordingRival(3.0)
@@ -161,7 +161,7 @@ def test_calibrate_times_a_close_rival_again_beside_torchs_best(monkeypatch, rat
 def test_a_rival_that_fails_side_by_side_leaves_the_figures_timed_apart(monkeypatch, caplog):
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
-    monkeypatch.setattr("engine.calibrate_finalists.FINALIST_RATIO", 1e9)
+    monkeypatch.setattr("engine.calibration.finalists.FINALIST_RATIO", 1e9)
 
     class Broken:
         def pass_ms(self, width):
@@ -175,8 +175,8 @@ def test_a_rival_that_fails_side_by_side_leaves_the_figures_timed_apart(monkeypa
 
 
 def test_side_by_side_is_saved_and_printed(tmp_path):
-    from engine.calibrate import Calibration, load_cached, save
-    from engine.calibrate_report import format_table
+    from engine.calibration.measurements import Calibration, load_cached, save
+    from engine.calibration.report import format_table
 
     key = {"processor": "test", "cpu_capability": "x", "threads": 2, "torch": "t"}
     retimed = row("vnni", 40.0)
@@ -216,7 +216,7 @@ def test_side_by_side_figures_are_bounded_the_same_way():
 
 
 def test_a_rows_widths_are_timed_round_by_round():
-    """calibrate_torch.time_passes' figures: every width in each round, so a slow first minute leaves the shape
+    """torch_timing.time_passes' figures: every width in each round, so a slow first minute leaves the shape
     alone; a format whose round takes over the budget is timed once."""
     machine = NoisyMachine(slow_calls=len(WIDTHS))  # the whole first round is slow
     timer = machine.timer("vnni", 40.0)

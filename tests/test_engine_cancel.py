@@ -11,13 +11,14 @@ from functools import partial
 
 import pytest
 import torch
+from engine_helpers import STOP_IDS, random_prompt, reference_greedy, tiny_tokenizer
 from transformers import DynamicCache, StaticCache
 
 from engine import CancelToken, CompletionRequest, Engine
-from engine.kvcache import PREFILL_CHUNK, TrackedCache
-from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec
+from engine.decode.kvcache import PREFILL_CHUNK, TrackedCache
+from engine.loading.pair import LoadedPair
+from engine.store.config import FimTemplate, ModelSpec, PairSpec
 from engine.testing import build_tiny_model
-from engine_helpers import STOP_IDS, random_prompt, reference_greedy, tiny_tokenizer
 
 MAX_NEW = 16
 K = 3  # pinned draft length: every draft is a catch-up pass plus one-token steps, every verify pass 4 tokens
@@ -73,10 +74,10 @@ class LayerLog:
 
 
 @pytest.fixture
-def rig(monkeypatch):
+def rig(engine_options):
     # Layers are logged (and the cancel set) by forward hooks on transformers' decoder layers: short passes go through
     # them too here. The lean step's own check between layers: tests/test_engine_lean_step.py.
-    monkeypatch.setenv("CODECUE_LEAN", "0")
+    engine_options(lean_step="off")
     vocab = len(tiny_tokenizer())
     target, draft = build_tiny_model(vocab, 4, 0), build_tiny_model(vocab, 2, 1)
     fim = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
@@ -166,7 +167,7 @@ def test_a_cancel_inside_layer_k_stops_the_pass_before_layer_k_plus_1(rig, case)
 
 
 def test_a_cancel_inside_a_pass_on_a_static_cache_keeps_its_prefix():
-    """Compiled models (engine/compiled.py) prefill eagerly on a StaticCache: its layers are cut back too."""
+    """Compiled models (engine/weights/compiled.py) prefill eagerly on a StaticCache: its layers are cut back too."""
     vocab = len(tiny_tokenizer())
     model = build_tiny_model(vocab, 4, 0)
     calls, token, armed = [], CancelToken(), [False]
@@ -205,7 +206,7 @@ def test_a_cancel_inside_a_pass_on_a_static_cache_keeps_its_prefix():
 ])
 def test_prefill_pieces_end_on_the_shared_prefix(start, end, chunk, shared, pieces):
     """A pass inside the shared prefix is stopped by `finishing(its end)` (or nothing), any other by `cancelled`."""
-    from engine.kvcache import prefill_pieces
+    from engine.weights.prefill_plan import prefill_pieces
 
     def cancelled():
         return False

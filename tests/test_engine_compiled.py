@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_helpers import random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
 
 from engine import CompletionRequest, Engine
-from engine.compiled import CompiledSteps, CuttableStaticCache, attach, crop_static_layer
-from engine.kvcache import TrackedCache
-from engine.models import compile_wanted
+from engine.decode.kvcache import TrackedCache
+from engine.loading.pair import compile_wanted
 from engine.testing import build_tiny_model
-from engine_helpers import random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
+from engine.weights.compiled import (
+    CompiledSteps,
+    CuttableStaticCache,
+    attach,
+    crop_static_layer,
+)
 
 WIDTHS = (1, 4)  # each width is one compile (tens of seconds on 2 cores): keep the set small
 
@@ -129,7 +134,7 @@ def test_compile_failure_falls_back_to_eager(monkeypatch, caplog):
 
 
 def test_static_layer_is_cut_back_in_place_as_transformers_5_24_does():
-    # The lent GPU's transformers (5.17) has no StaticLayer.crop; engine/compiled.py supplies the same cut.
+    # The lent GPU's transformers (5.17) has no StaticLayer.crop; engine/weights/compiled.py supplies the same cut.
     from transformers import StaticCache
 
     config = build_tiny_model(64, 1, 0).config
@@ -160,18 +165,18 @@ def test_a_cut_moves_every_layer_back_in_one_op():
         cache.crop(1)
 
 
-# (pair's `compile` in models.toml, CODECUE_COMPILE, device) -> compiled steps
+# (pair's `compile` in models.toml, CODECUE_COMPILE as EngineOptions.compile, device) -> compiled steps
 COMPILE_CASES = [
     (None, None, "cuda", True),  # a GPU: CUDA graphs (one-token pass 16.4 -> 3.3 ms on an H200)
-    (None, None, "cpu", False),  # CPU: the calibrated kernels and the lean step (docs/benchmarks.md)
+    (None, None, "cpu", False),  # CPU: the calibrated kernels and the lean step (docs/performance.md)
     (True, None, "cpu", True),
     (False, None, "cuda", False),
-    (None, "0", "cuda", False),
-    (False, "1", "cpu", True),
-    (True, "off", "cuda", False),
+    (None, False, "cuda", False),
+    (False, True, "cpu", True),
+    (True, False, "cuda", False),
 ]
 
 
-@pytest.mark.parametrize("pair_setting, env, device, wanted", COMPILE_CASES)
-def test_compiled_steps_by_default_on_a_gpu_only(pair_setting, env, device, wanted):
-    assert compile_wanted(pair_setting, env, device) is wanted
+@pytest.mark.parametrize("pair_setting, setting, device, wanted", COMPILE_CASES)
+def test_compiled_steps_by_default_on_a_gpu_only(pair_setting, setting, device, wanted):
+    assert compile_wanted(pair_setting, setting, device) is wanted

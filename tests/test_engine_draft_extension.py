@@ -2,14 +2,20 @@
 the output stays target alone's, and the policy prices the passes it saves."""
 import pytest
 import torch
+from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
 
 from engine import CompletionRequest
-from engine.drafters import Draft, HybridDrafter, LookupDrafter, ModelDrafter, extension_lookup
-from engine.kvcache import TrackedCache
-from engine.pass_costs import PassCosts
-from engine.policy import best_choice
-from engine.suffix_index import SuffixIndex
-from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
+from engine.decode.drafters import (
+    Draft,
+    HybridDrafter,
+    LookupDrafter,
+    ModelDrafter,
+    extension_lookup,
+)
+from engine.decode.kvcache import TrackedCache
+from engine.decode.pass_costs import PassCosts
+from engine.decode.policy import best_choice
+from engine.decode.suffix_index import SuffixIndex
 
 MAX_NEW = 24
 
@@ -90,19 +96,19 @@ def test_extended_drafts_equal_target_alone(drafter, truth):
                 assert kept == (stats.drafted_by_source["extension"] if truth == "right" else 0), seed
 
 
-def test_codecue_draft_extension_0_drafts_with_the_model_alone(monkeypatch):
+def test_without_the_extension_the_model_drafts_alone(engine_options):
     engine = tiny_engine("same")
     prompt = random_prompt(2)
     ref = reference_greedy(tiny_model(2, 0), prompt, MAX_NEW)
     engine.workspace.add("file:///other.py", prompt[-10:] + ref)
     extended = {}
-    for setting in ("1", "0"):
-        monkeypatch.setenv("CODECUE_DRAFT_EXTENSION", setting)
+    for setting in (True, False):
+        engine_options(draft_extension=setting)
         result = engine.complete(CompletionRequest(prompt, MAX_NEW, drafter="draft", max_draft_tokens=8,
                                                    adaptive_k=False))
         assert result.token_ids == ref
         extended[setting] = result.stats.drafted_by_source.get("extension", 0)
-    assert extended["1"] > 0 and extended["0"] == 0
+    assert extended[True] > 0 and extended[False] == 0
 
 
 def test_stats_count_extension_tokens_apart():
@@ -121,7 +127,7 @@ def test_the_policy_learns_the_passes_an_extension_saves():
     assert costs.draft_passes(8) == 8.0 and costs.draft_passes(1) == 1.0 and costs.draft_passes(0) == 0.0
     alpha = {"draft": 0.75, "lookup": 0.0}
     without = best_choice(costs, ("none", "draft"), 8, alpha, 0.0)
-    from engine.policy import GainPolicy
+    from engine.decode.policy import GainPolicy
 
     policy = GainPolicy(costs, ("none", "draft"))
     for _ in range(20):  # 8-token drafts of 2 model passes: 1 + 7 x (1/7)
@@ -137,7 +143,7 @@ def test_the_policy_learns_the_passes_an_extension_saves():
 
 @pytest.mark.parametrize("extension_right,kept", [(True, 6), (False, 0)])
 def test_auto_cuts_an_extension_that_has_been_wrong(extension_right, kept):
-    from engine.policy import GainPolicy
+    from engine.decode.policy import GainPolicy
 
     costs = PassCosts(verify_ms={1: 40.0, 2: 42.0, 4: 50.0, 8: 80.0, 16: 160.0}, draft_ms=14.0)
     policy = GainPolicy(costs, ("none", "draft"))

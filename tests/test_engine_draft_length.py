@@ -2,13 +2,18 @@
 policy learns of each confidence bucket, ModelDrafter's length_rule, and exactness on the tiny fp32 pair."""
 import pytest
 import torch
+from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
 
 from engine import CompletionRequest
-from engine.drafters import Draft, ModelDrafter
-from engine.kvcache import TrackedCache
-from engine.pass_costs import PassCosts
-from engine.policy import CONFIDENCE_SEEDS, GainPolicy, SharedAcceptance, confidence_bucket
-from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
+from engine.decode.drafters import Draft, ModelDrafter
+from engine.decode.kvcache import TrackedCache
+from engine.decode.pass_costs import PassCosts
+from engine.decode.policy import (
+    CONFIDENCE_SEEDS,
+    GainPolicy,
+    SharedAcceptance,
+    confidence_bucket,
+)
 
 SURE, UNSURE = 0.97, 0.2
 THIS_VM = {1: 44.3, 4: 44.3, 5: 51.1, 8: 71.4, 9: 79.8}  # the Zen 3's verify passes (ms by width), draft step 10
@@ -118,10 +123,10 @@ def test_the_draft_model_drafts_while_its_rule_says_so():
 
 
 @pytest.mark.parametrize("length_by_confidence", [True, False])
-def test_auto_with_long_confident_drafts_equals_target_alone(monkeypatch, length_by_confidence):
+def test_auto_with_long_confident_drafts_equals_target_alone(engine_options, length_by_confidence):
     """The target as its own draft model (every draft right) and verify passes that cost almost nothing more per
     token: keep_drafting drafts to the budget, and the text is still target alone's."""
-    monkeypatch.setenv("CODECUE_DRAFT_LENGTH", "confidence" if length_by_confidence else "k")
+    engine_options(length_by_confidence=length_by_confidence)
     engine = tiny_engine("same")
     engine.costs = FrozenCosts(verify_ms=dict(FLAT), draft_ms=1.0)
     target = engine.pair.target

@@ -1,13 +1,13 @@
-"""The draft model sees the code around the cursor of a long prompt (engine/draft_window.py): the prefix's tail, the
-suffix's head and what was generated. The output stays target alone's; only the draft model's cache is smaller."""
+"""The draft model sees the code around the cursor of a long prompt (engine/decode/draft_window.py): the prefix's tail,
+the suffix's head and what was generated. The output stays target alone's; only the draft model's cache is smaller."""
 import pytest
-
-import engine.drafters as drafters
-from engine import CompletionRequest
-from engine.draft_window import DraftWindow
-from engine.drafters import ModelDrafter
-from engine.kvcache import TrackedCache
 from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
+
+import engine.decode.drafters as drafters
+from engine import CompletionRequest
+from engine.decode.draft_window import DraftWindow
+from engine.decode.drafters import ModelDrafter
+from engine.decode.kvcache import TrackedCache
 
 P, S, M = 2, 4, 3  # the tiny tokenizer's fim prefix, suffix and middle ids
 WINDOW = DraftWindow(P, S, M, prefix_tokens=4, suffix_tokens=2, step=2)
@@ -82,13 +82,13 @@ def test_windowed_drafts_equal_target_alone_and_the_draft_cache_holds_the_view(d
             assert engine.sessions[session].draft.ids[:len(view)] == view
 
 
-def test_codecue_draft_window_0_feeds_the_whole_prompt(monkeypatch):
+def test_without_the_window_the_draft_model_sees_the_whole_prompt(engine_options):
     engine = tiny_engine("same")
     engine.draft_window = DraftWindow(P, S, M, prefix_tokens=8, suffix_tokens=4, step=4)
     prompt = long_fim_prompt(3)
     held = {}
     for setting in ("1", "0"):
-        monkeypatch.setenv("CODECUE_DRAFT_WINDOW", setting)
+        engine_options(draft_window=setting == "1")
         engine.complete(CompletionRequest(prompt, 8, drafter="draft", max_draft_tokens=4, adaptive_k=False,
                                           session=setting))
         held[setting] = engine.sessions[setting].draft.ids
@@ -96,13 +96,13 @@ def test_codecue_draft_window_0_feeds_the_whole_prompt(monkeypatch):
     assert len(held["1"]) < len(prompt)
 
 
-def test_the_policy_prices_the_catch_up_of_the_view_not_of_the_prompt(monkeypatch):
+def test_the_policy_prices_the_catch_up_of_the_view_not_of_the_prompt(engine_options):
     engine = tiny_engine("same")
     engine.draft_window = DraftWindow(P, S, M, prefix_tokens=8, suffix_tokens=4, step=4)
     prompt = long_fim_prompt(4)
     lags = {}
     for setting in ("1", "0"):
-        monkeypatch.setenv("CODECUE_DRAFT_WINDOW", setting)
+        engine_options(draft_window=setting == "1")
         request = CompletionRequest(prompt, 8, drafter="auto", session=setting)
         policy = engine._controller("auto", engine._session(setting), request)
         lags[setting] = policy.draft_lag(prompt)
@@ -110,8 +110,8 @@ def test_the_policy_prices_the_catch_up_of_the_view_not_of_the_prompt(monkeypatc
 
 
 def test_a_long_catch_up_goes_in_chunks_and_drafts_the_same(monkeypatch):
-    """A new prompt is fed to the draft model in chunks, as the target prefills (one pass over 1,000 tokens ran at
-    170 tok/s, 256-token chunks at 450), and its drafts are those of one pass."""
+    """A new prompt is fed to the draft model in chunks, as the target prefills (one pass over 1,000 tokens runs
+    far slower than 256-token chunks), and its drafts are those of one pass."""
     model = tiny_model(1, 1).requires_grad_(False)
     prompt = random_prompt(5, length=70)
     whole = ModelDrafter(model, TrackedCache(model), min_confidence=0.0).propose(prompt, 3, lambda: False)

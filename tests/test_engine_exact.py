@@ -1,11 +1,18 @@
 """Greedy speculative decoding must equal target-alone greedy decoding token for token (fp32, tiny models)."""
 import pytest
+from engine_helpers import (
+    STOP_IDS,
+    ReferenceDrafter,
+    random_prompt,
+    reference_greedy,
+    tiny_engine,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 from engine import CancelToken, CompletionRequest
-from engine.kvcache import TrackedCache
-from engine.speculative import SpeculationController, generate
-from engine_helpers import (STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model,
-                            tiny_tokenizer)
+from engine.decode.kvcache import TrackedCache
+from engine.decode.speculative import SpeculationController, generate
 
 MAX_NEW = 24
 

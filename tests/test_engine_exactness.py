@@ -1,14 +1,20 @@
-"""The lossless rule of engine/exactness.py: exact in fp32; elsewhere identical up to a first difference that must sit
-at a near tie of the target alone."""
+"""The lossless rule of engine/testing/exactness.py: exact in fp32; elsewhere identical up to a first difference that
+must sit at a near tie of the target alone."""
 import copy
 
 import pytest
 import torch
+from engine_helpers import STOP_IDS, random_prompt, tiny_engine, tiny_model, tiny_pair
 
 from engine import CompletionRequest, Engine
-from engine.exactness import (NEAR_TIE_EPSILON, compare, epsilon_for, margin_change, pass_rounding,
-                              reference_greedy)
-from engine_helpers import STOP_IDS, random_prompt, tiny_engine, tiny_model, tiny_pair
+from engine.testing.exactness import (
+    NEAR_TIE_EPSILON,
+    compare,
+    epsilon_for,
+    margin_change,
+    pass_rounding,
+    reference_greedy,
+)
 
 # (candidate, reference, gaps, epsilon) -> (ok, identical, first_difference, near_ties)
 COMPARE_CASES = [
@@ -75,9 +81,9 @@ def test_bf16_speculation_keeps_the_rule():
 
 
 def test_the_demo_judges_by_the_lossless_rule():
-    """`make demo` (engine/demo.py) passes a run that differs from the target alone only where the rule allows it;
-    in fp32 with dense weights that is nowhere."""
-    from engine.demo import lossless
+    """`make demo` (engine/testing/demo.py) passes a run that differs from the target alone only where the rule allows
+    it; in fp32 with dense weights that is nowhere."""
+    from engine.testing.demo import lossless
 
     engine = tiny_engine("random")
     ids = random_prompt(4)
@@ -95,7 +101,7 @@ def test_the_demo_times_a_prompt_made_ready_first(drafter):
     """`make demo` times the completion of a prompt the engine made ready beforehand, as the server completes where
     the cursor rests: the same tokens as a cold completion, the prompt's prefill timed apart, and the session
     forgotten after so the next run starts from the same state."""
-    from engine.demo import MAX_NEW_TOKENS, complete_ready
+    from engine.testing.demo import MAX_NEW_TOKENS, complete_ready
 
     engine = tiny_engine("random")
     ids = random_prompt(6, repeat=True)

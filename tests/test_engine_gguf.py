@@ -5,12 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from engine_helpers import (
+    kernel_marches,
+    random_prompt,
+    reference_greedy,
+    tiny_pair,
+    tiny_tokenizer,
+)
 
 from engine import CompletionRequest, Engine
-from engine.gguf_weights import apply_gguf_weights, dequantize, hf_module_name, linear_from_gguf, q4k_to_affine
-from engine.models import LoadedPair, PairSpec
-from engine.quant import Int4Linear, Int8Linear, apply_weight_format, canonical_format, quantize_groups_int4
-from engine_helpers import kernel_marches, random_prompt, reference_greedy, tiny_pair, tiny_tokenizer
+from engine.loading.pair import LoadedPair
+from engine.store.config import PairSpec
+from engine.weights.formats import apply_weight_format, canonical_format
+from engine.weights.gguf import (
+    dequantize,
+    hf_module_name,
+    linear_from_gguf,
+    q4k_to_affine,
+)
+from engine.weights.quantized import Int4Linear, Int8Linear, quantize_groups_int4
 
 HIDDEN, FFN, LAYERS = 256, 512, 2  # Q4_K needs rows of whole 256-weight super-blocks
 
@@ -146,7 +159,7 @@ def test_unknown_format_names_the_known_ones():
     assert canonical_format("bf16") == "dense" and canonical_format("q4_k") == "gguf"
 
 
-@pytest.mark.parametrize("weight_format", ["gguf", "vnni"])  # torch's int4 kernel; CodeCue's own (engine/vnni.py)
+@pytest.mark.parametrize("weight_format", ["gguf", "vnni"])  # torch's int4 kernel; CodeCue's own (engine/weights/vnni.py)
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k, weight_format):
     """Lossless is defined against the target alone in its own format: fp32 activations, int4 kernels."""
@@ -167,7 +180,7 @@ def test_speculation_is_exact_against_the_target_in_gguf_format(gguf_model, k, w
 
 @pytest.mark.parametrize("weight_format", ["gguf", "int4", "int8", "vnni", "vnni4"])
 def test_format_cache_round_trip_gives_the_same_model(gguf_model, tmp_path, weight_format):
-    from engine.quant import format_cache_file, load_formatted, save_formatted
+    from engine.weights.formats import format_cache_file, load_formatted, save_formatted
 
     path, _ = gguf_model
     model = apply_weight_format(tiny_qwen(), weight_format, "cpu", path if weight_format != "int8" else None)
@@ -182,13 +195,13 @@ def test_format_cache_round_trip_gives_the_same_model(gguf_model, tmp_path, weig
     assert all(b.data_ptr() % 64 == 0 for b in restored.buffers() if b is not None and b.numel())
 
 
-def test_load_pair_builds_the_format_once_then_reads_the_cache(tmp_path, monkeypatch):
-    from engine import quant
-    from engine.models import load_pair
+def test_load_pair_builds_the_format_once_then_reads_the_cache(tmp_path, monkeypatch, engine_options):
+    from engine.loading.pair import load_pair
     from engine.testing import build_tiny_pair
+    from engine.weights import formats as quant
 
     home, toml = build_tiny_pair(tmp_path)
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    engine_options(models_toml=toml)
     first = load_pair("tiny", home=home, target_weights="int4", draft_weights="int8", dtype="float32")
     assert list((home / "models" / "tiny-target" / "formats").glob("int4-float32-*.safetensors"))
 
@@ -203,7 +216,11 @@ def test_load_pair_builds_the_format_once_then_reads_the_cache(tmp_path, monkeyp
 
 
 def test_prefill_chunks_use_the_dense_copy_and_steps_the_quantized_kernel(gguf_model):
-    from engine.quant import PREFILL_ROWS, dense_linear_weights, set_prefill_weights
+    from engine.weights.quantized import (
+        PREFILL_ROWS,
+        dense_linear_weights,
+        set_prefill_weights,
+    )
 
     path, _ = gguf_model
     dense_model = tiny_qwen()
@@ -222,16 +239,17 @@ def test_prefill_chunks_use_the_dense_copy_and_steps_the_quantized_kernel(gguf_m
     assert set_prefill_weights(split, None) == 0 and torch.equal(layer(long_), plain_layer(long_))
 
 
-# gguf: a dense copy for prefill; vnni: an int8 copy, prefill in W8A8 (engine/quant.py: set_prefill_weights); the
-# vnni pair also through the AVX2 build of the kernel (x86-64-v3), where this CPU has AVX-512.
+# gguf: a dense copy for prefill; vnni: an int8 copy, prefill in W8A8 (engine/weights/formats.py:
+# set_prefill_weights); the vnni pair also through the AVX2 build of the kernel (x86-64-v3), where this CPU has
+# AVX-512.
 @pytest.mark.parametrize("weight_format,draft_format,march",
                          [("gguf", "int4", "native"), ("vnni", "vnni4", "native")]
                          + [("vnni", "vnni4", march) for march in kernel_marches()[1:]])
 def test_speculation_with_a_prefill_copy_equals_target_alone_in_the_same_layout(gguf_model, weight_format,
-                                                                                 draft_format, march, monkeypatch):
-    from engine.quant import dense_linear_weights, set_prefill_weights
+                                                                                 draft_format, march, engine_options):
+    from engine.weights.quantized import dense_linear_weights, set_prefill_weights
 
-    monkeypatch.setenv("CODECUE_KERNEL_MARCH", march)
+    engine_options(kernel_march=march)
     path, _ = gguf_model
     target = tiny_qwen()
     dense = {k: v.clone() for k, v in dense_linear_weights(target).items()}

@@ -1,11 +1,11 @@
-"""Token healing (engine/healing.py): the prompt backs off its last user-text token and the first generated token
+"""Token healing (engine/decode/healing.py): the prompt backs off its last user-text token and the first generated token
 must start with its bytes; every drafter still gives the target-alone output (fp32, tiny models)."""
 import pytest
 import torch
+from engine_helpers import reference_greedy, tiny_engine, tiny_model, tiny_tokenizer
 
 from engine import CompletionRequest
-from engine.healing import HealingMasks, back_off, mask_first, token_bytes
-from engine_helpers import reference_greedy, tiny_engine, tiny_model, tiny_tokenizer
+from engine.decode.healing import HealingMasks, back_off, mask_first, token_bytes
 
 MAX_NEW = 16
 

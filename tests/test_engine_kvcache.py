@@ -3,11 +3,11 @@ transformers' DynamicLayer holds, through every update and crop, and a model mus
 from __future__ import annotations
 
 import torch
+from engine_helpers import random_prompt, tiny_model
 from transformers.cache_utils import DynamicLayer
 
-from engine.kv_layers import GrowingLayer, new_dynamic_cache
-from engine.kvcache import TrackedCache
-from engine_helpers import random_prompt, tiny_model
+from engine.decode.kvcache import TrackedCache
+from engine.weights.kv_layers import GrowingLayer, new_dynamic_cache
 
 # (tokens added, or a negative crop): across the first buffer's 256 tokens and its growth by a quarter and more
 STEPS = [5, 1, 1, -2, 9, 300, -100, 1, 600, -700, 4, 40]
@@ -53,7 +53,7 @@ def test_a_model_computes_the_same_logits_on_either_cache():
 
 def test_keys_and_values_follow_the_length_when_a_pass_writes_the_buffers_itself():
     """The native layers reserve room, write their rows into the buffers and commit the length without reading
-    keys/values (engine/lean_step.py); the views made when read must show exactly the committed rows, also after
+    keys/values (engine/weights/lean_step.py); the views made when read must show exactly the committed rows, also after
     the buffers grow, a crop, and transformers' reset."""
     layer, like = GrowingLayer(), torch.zeros(1, 2, 3, 8)
     k_buf, v_buf = layer.reserve(3, like)

@@ -1,22 +1,20 @@
-"""The lean step's native pass (engine/kernels/lean_layer.cpp): a whole short pass of a float32 vnni model in one C++
-call. Same kernels, same order: the logits must be bitwise those of the layers written out in Python
-(CODECUE_LEAN=python), a verify pass must give each token what one-token passes give, the cache must grow under it,
-and models whose layers the C++ layer does not cover must keep the Python layers."""
+"""The lean step's native pass (engine/weights/kernels/lean_layer.cpp): a whole short pass of a float32 vnni model in
+one C++ call. Same kernels, same order: the logits must be bitwise those of the layers written out in Python
+(EngineOptions.lean_step "python"), a verify pass must give each token what one-token passes give, the cache must grow
+under it, and models whose layers the C++ layer does not cover must keep the Python layers."""
 from __future__ import annotations
 
 import pytest
 import torch
-
-from transformers.cache_utils import DynamicLayer
-
-from engine import lean_step
-from engine.kv_layers import new_dynamic_cache, reserved_buffers
-from engine.kvcache import TrackedCache
-from engine.quant import apply_weight_format
-from engine.vnni import VnniLinear
-
 from engine_helpers import kernel_marches
 from test_engine_lean_step import passes, random_prompt, tiny
+from transformers.cache_utils import DynamicLayer
+
+from engine.decode.kvcache import TrackedCache
+from engine.weights import lean_step
+from engine.weights.formats import apply_weight_format
+from engine.weights.kv_layers import new_dynamic_cache, reserved_buffers
+from engine.weights.vnni import VnniLinear
 
 
 def vnni_model(weight_format: str = "vnni"):
@@ -50,10 +48,10 @@ def test_native_layers_give_the_python_layers_logits_bitwise(monkeypatch, build)
     model = build()
     prompt = random_prompt(7, 50)
     python_calls = spy_on_python_layers(monkeypatch)
-    want = passes(model, "python", monkeypatch, prompt)
-    assert python_calls, "CODECUE_LEAN=python runs the Python layers"
+    want = passes(model, "python", prompt)
+    assert python_calls, "lean_step python runs the Python layers"
     python_calls.clear()
-    got = passes(model, "1", monkeypatch, prompt)
+    got = passes(model, True, prompt)
     assert lean_step.lean_step_for(model).native is not None
     assert not python_calls, "every short pass went through the native layers"
     for g, w in zip(got, want):
@@ -61,9 +59,8 @@ def test_native_layers_give_the_python_layers_logits_bitwise(monkeypatch, build)
 
 
 @pytest.mark.parametrize("march", kernel_marches())
-def test_a_verify_pass_gives_each_token_the_logits_of_one_token_passes(monkeypatch, march):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
-    monkeypatch.setenv("CODECUE_KERNEL_MARCH", march)  # the model's layers and native layers use that build
+def test_a_verify_pass_gives_each_token_the_logits_of_one_token_passes(engine_options, march):
+    engine_options(kernel_march=march)  # the model's layers and native layers use that build
     model = vnni_model("vnni4")
     prompt = random_prompt(8, 52)
     with torch.inference_mode():  # positions 44-48: the attention's 16-key blocks change on the way (48)
@@ -77,7 +74,6 @@ def test_a_verify_pass_gives_each_token_the_logits_of_one_token_passes(monkeypat
 
 
 def test_models_without_vnni_layers_keep_the_python_layers(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     for weight_format in ("dense", "int4"):
         model = apply_weight_format(tiny(), weight_format, "cpu")
         assert lean_step.lean_step_for(model).native is None
@@ -87,9 +83,8 @@ def test_models_without_vnni_layers_keep_the_python_layers(monkeypatch):
 
 
 def test_passes_of_prefill_width_leave_the_native_layers(monkeypatch):
-    """From PREFILL_ROWS tokens on the projections may go through a prefill copy (engine/quant.py): the Python
+    """From PREFILL_ROWS tokens on the projections may go through a prefill copy (engine/weights/formats.py): the Python
     layers, which call the modules, must run them."""
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = vnni_model()
     calls = spy_on_python_layers(monkeypatch)
     prompt = random_prompt(9, 40)
@@ -104,7 +99,6 @@ def test_passes_of_prefill_width_leave_the_native_layers(monkeypatch):
 
 
 def test_a_cancel_stops_a_native_pass_between_layers_and_keeps_the_cache_valid(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = vnni_model("vnni4")
     prompt = random_prompt(10, 50)
     asked = []
@@ -125,14 +119,14 @@ def test_a_cancel_stops_a_native_pass_between_layers_and_keeps_the_cache_valid(m
         assert torch.equal(after, fresh.forward(prompt[40:43]))
 
 
-def test_a_native_pass_past_the_caches_room_grows_it_and_gives_the_python_layers_logits(monkeypatch):
+def test_a_native_pass_past_the_caches_room_grows_it_and_gives_the_python_layers_logits(monkeypatch, engine_options):
     """The cache's buffers hold 256 tokens after a 250-token prefill: one-token passes on to 262 make every layer
     grow, and the native pass must write into the new buffers (reserved_buffers' lists are made again)."""
     model = vnni_model("vnni4")
     prompt = random_prompt(12, 262)
 
     def decode(lean: str) -> list[torch.Tensor]:
-        monkeypatch.setenv("CODECUE_LEAN", lean)
+        engine_options(lean_step=lean)
         cache = TrackedCache(model)
         with torch.inference_mode():
             cache.forward(prompt[:250], logits="none")
@@ -142,7 +136,7 @@ def test_a_native_pass_past_the_caches_room_grows_it_and_gives_the_python_layers
         return out
     want = decode("python")
     python_calls = spy_on_python_layers(monkeypatch)
-    got = decode("1")
+    got = decode("native")
     assert not python_calls
     assert all(torch.equal(g, w) for g, w in zip(got, want))
 
@@ -163,7 +157,6 @@ def test_the_buffer_lists_are_kept_until_a_layer_grows():
 
 
 def test_a_native_pass_refuses_a_token_outside_the_vocabulary_and_the_cache_stays_usable(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = vnni_model()
     prompt = random_prompt(13, 45)
     with torch.inference_mode():
@@ -178,7 +171,6 @@ def test_a_native_pass_refuses_a_token_outside_the_vocabulary_and_the_cache_stay
 
 
 def test_an_error_in_the_cancel_check_comes_out_of_a_native_pass(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = vnni_model()
 
     def broken():

@@ -1,5 +1,5 @@
-"""The C++ attention of short passes (engine/kernels/lean_ops.cpp, decode_attention): grouped-query attention of n
-new tokens over the KV cache, each seeing the keys up to its own position. Checked against torch's arithmetic for
+"""The C++ attention of short passes (engine/weights/kernels/lean_ops.cpp, decode_attention): grouped-query attention of
+n new tokens over the KV cache, each seeing the keys up to its own position. Checked against torch's arithmetic for
 head widths that take the 16-key blocks (multiples of 16; the AVX2 path's 8-key blocks) and one that does not,
 contexts with and without a partial last block; and each row must be bitwise what a one-token pass at its position
 computes (the lossless invariant: a verify pass scores each token as decoding it would). Both vector paths are
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from engine import vnni
 from engine_helpers import kernel_marches
+
+from engine.weights import vnni
 
 
 def reference(q, keys, values, scaling):

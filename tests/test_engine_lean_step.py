@@ -1,17 +1,20 @@
-"""The lean step (engine/lean_step.py): short passes written out around the same modules and cache. It must give
+"""The lean step (engine/weights/lean_step.py): short passes written out around the same modules and cache. It must give
 transformers' logits, keep the cache as transformers would, fuse vnni projections without storing weights twice,
 and stop between layers on a cancel."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
-from engine import lean_step
-from engine.attention import register
+from engine import options
+from engine.decode.kvcache import TrackedCache
 from engine.interrupt import PassCancelled
-from engine.kvcache import TrackedCache
-from engine.quant import apply_weight_format
 from engine.testing import build_tiny_model
+from engine.weights import lean_step
+from engine.weights.attention import register
+from engine.weights.formats import apply_weight_format
 
 VOCAB = 320  # a multiple of 16, as torch's int4 packing wants for the output head
 
@@ -26,10 +29,10 @@ def tiny(seed: int = 0, dtype=torch.float32):
     return model.to(dtype)
 
 
-def passes(model, lean: bool | str, monkeypatch, prompt: list[int]) -> list[torch.Tensor]:
+def passes(model, lean: bool | str, prompt: list[int]) -> list[torch.Tensor]:
     """Prefill 40 tokens, then one-token, four-token and last-only passes (as decoding and verification run).
-    lean: on, off, or a CODECUE_LEAN value."""
-    monkeypatch.setenv("CODECUE_LEAN", lean if isinstance(lean, str) else "1" if lean else "0")
+    lean: on, off (transformers' forward), or an EngineOptions.lean_step value."""
+    options.use(replace(options.current(), lean_step=lean if isinstance(lean, str) else "native" if lean else "off"))
     cache = TrackedCache(model)
     with torch.inference_mode():
         cache.forward(prompt[:40], logits="none")
@@ -43,8 +46,8 @@ def passes(model, lean: bool | str, monkeypatch, prompt: list[int]) -> list[torc
 def test_lean_passes_give_transformers_logits(monkeypatch, weight_format):
     model = apply_weight_format(tiny(), weight_format, "cpu")
     prompt = random_prompt(4, 50)
-    want = passes(model, False, monkeypatch, prompt)
-    got = passes(model, True, monkeypatch, prompt)
+    want = passes(model, False, prompt)
+    got = passes(model, True, prompt)
     assert lean_step.lean_step_for(model) is not None
     for g, w in zip(got, want):
         assert g.shape == w.shape
@@ -54,15 +57,14 @@ def test_lean_passes_give_transformers_logits(monkeypatch, weight_format):
 def test_lean_passes_in_bfloat16_stay_within_its_rounding(monkeypatch):
     model = tiny(dtype=torch.bfloat16)
     prompt = random_prompt(5, 50)
-    want = passes(model, False, monkeypatch, prompt)
-    got = passes(model, True, monkeypatch, prompt)
+    want = passes(model, False, prompt)
+    got = passes(model, True, prompt)
     for g, w in zip(got, want):
         assert (g - w).abs().max() <= 0.05 * w.abs().max()
         assert torch.equal(g.argmax(-1), w.argmax(-1))
 
 
 def test_vnni_projections_are_fused_into_views_of_one_buffer(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = apply_weight_format(tiny(), "vnni", "cpu")
     attn = model.model.layers[0].self_attn
     before = [m.packed.clone() for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
@@ -80,7 +82,6 @@ def test_vnni_projections_are_fused_into_views_of_one_buffer(monkeypatch):
 
 
 def test_a_cancel_stops_a_lean_pass_between_layers_and_keeps_the_cache_valid(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = tiny()
     prompt = random_prompt(6, 50)
     cache = TrackedCache(model)
@@ -101,19 +102,17 @@ def test_a_cancel_stops_a_lean_pass_between_layers_and_keeps_the_cache_valid(mon
         assert torch.equal(after, fresh.forward(prompt[40:42]))
 
 
-def test_the_step_is_rebuilt_after_a_dtype_change_and_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
+def test_the_step_is_rebuilt_after_a_dtype_change_and_can_be_turned_off(engine_options):
     model = tiny()
     first = lean_step.lean_step_for(model)
     assert lean_step.lean_step_for(model) is first
     model.to(torch.bfloat16)
     assert lean_step.lean_step_for(model) is not first
-    monkeypatch.setenv("CODECUE_LEAN", "0")
+    engine_options(lean_step="off")
     assert lean_step.lean_step_for(model) is None
 
 
 def test_models_it_does_not_handle_run_through_transformers(monkeypatch):
-    monkeypatch.setenv("CODECUE_LEAN", "1")
     model = tiny()
     model.config.use_sliding_window = True
     assert lean_step.lean_step_for(model) is None

@@ -1,5 +1,5 @@
-"""Weight format "llamacpp": llama.cpp's kernels behind CodeCue's own loop (engine/llamacpp.py), on tiny random Qwen2
-models written as F32 GGUF files. Lossless is relative to this format: every drafter must give what the same
+"""Weight format "llamacpp": llama.cpp's kernels behind CodeCue's own loop (engine/weights/llamacpp.py), on tiny random
+Qwen2 models written as F32 GGUF files. Lossless is relative to this format: every drafter must give what the same
 llama.cpp model gives decoding alone."""
 import threading
 import time
@@ -10,12 +10,14 @@ import torch
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pyproject pins it; `make venv`)")
 
-from engine import CancelToken, CompletionRequest, Engine  # noqa: E402
-from engine.calibrate import Calibration, Measurement, choose  # noqa: E402
-from engine.llamacpp import N_SEQUENCES, LlamaCppCache, LlamaCppModel  # noqa: E402
-from engine.models import FimTemplate, LoadedPair, ModelsError, ModelSpec, PairSpec, load_model  # noqa: E402
-from engine.testing import write_gguf  # noqa: E402
 from engine_helpers import STOP_IDS, random_prompt, tiny_model, tiny_tokenizer  # noqa: E402
+
+from engine import CancelToken, CompletionRequest, Engine  # noqa: E402
+from engine.calibration.measurements import Calibration, Measurement, choose  # noqa: E402
+from engine.loading.pair import LoadedPair, load_model
+from engine.store.config import FimTemplate, ModelsError, ModelSpec, PairSpec  # noqa: E402
+from engine.testing import write_gguf  # noqa: E402
+from engine.weights.llamacpp import N_SEQUENCES, LlamaCppCache, LlamaCppModel  # noqa: E402
 
 MAX_NEW = 24
 
@@ -166,7 +168,7 @@ def test_sequences_are_limited_and_given_back(models):
 
 
 def test_missing_or_corrupt_gguf_names_the_command_that_fixes_it(tmp_path):
-    from engine.models import write_ready_marker
+    from engine.store.config import write_ready_marker
 
     spec = ModelSpec(name="m", family="tiny", fim=None, stop_token_ids=(), gguf_file="m.gguf")
     (tmp_path / "models" / "m").mkdir(parents=True)
@@ -196,18 +198,19 @@ def test_the_calibration_picks_llamacpp_only_where_it_measured_faster(llamacpp_m
 def test_a_cached_table_gains_llamacpp_rows_once(gguf_files, tmp_path):
     """calibration_for times the GGUF files in llama.cpp when the cached table has no such rows, saves them, and
     does not time them again."""
-    from engine import calibrate
+    from engine.calibration import measurements as calibrate
+    from engine.calibration.run import add_llamacpp, calibration_for
 
     config = tiny_model(2, 0).config
     key = calibrate.machine_key("cpu", config, None)
     calibrate.save(tmp_path, Calibration(key=key, measurements=[measurement("gguf", "bfloat16", 90.0, 100.0)]))
-    cal = calibrate.calibration_for(tmp_path, config, None, gguf_files={"target": gguf_files["target"]})
+    cal = calibration_for(tmp_path, config, None, gguf_files={"target": gguf_files["target"]})
     rows = [m for m in cal.measurements if m.weights == "llamacpp"]
     assert len(rows) == 1 and rows[0].role == "target" and rows[0].complete
     assert rows[0].pass_ms[1] > 0 and rows[0].prefill_tok_s > 0
     again = calibrate.load_cached(tmp_path, key)
     assert [m.weights for m in again.measurements] == ["gguf", "llamacpp"]
-    assert not calibrate.add_llamacpp(again, {"target": gguf_files["target"]}, "cpu")  # already there
+    assert not add_llamacpp(again, {"target": gguf_files["target"]}, "cpu")  # already there
 
 
 def test_a_token_set_after_its_pass_does_not_stop_the_next_one(models):
@@ -234,14 +237,14 @@ def test_cancel_token_calls_its_listeners_once_set():
     assert calls == ["called"] and late == ["at once"]
 
 
-def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_path, monkeypatch, capsys):
+def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_path, engine_options, capsys):
     """`codecue-models calibrate` measures what a load would choose from, llama.cpp's GGUF rows included, and
     `list` prints the same choice from the cached table (it used to leave the GGUF out and print another choice)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from engine import calibrate
-    from engine.models_cli import main
-    from engine.models import model_dir
+    from engine.calibration import measurements as calibrate
+    from engine.cli import main
+    from engine.store.config import model_dir
     from engine.testing import TINY_DRAFT, TINY_TARGET, build_tiny_pair, write_gguf
 
     home, toml = build_tiny_pair(tmp_path)
@@ -250,9 +253,8 @@ def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_
         write_gguf(AutoModelForCausalLM.from_pretrained(model_dir(name, home)),
                    AutoTokenizer.from_pretrained(model_dir(name, home)), home / "gguf" / f"{name}.gguf")
         toml.write_text(toml.read_text().replace(f"[models.{name}]\n", f'[models.{name}]\ngguf_file = "{name}.gguf"\n'))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
-    monkeypatch.setenv("CODECUE_HOME", str(home))
-    monkeypatch.setenv("CODECUE_TARGET_WEIGHTS", "dense")  # a pin for loading does not narrow the calibration
+    # a pin for loading (CODECUE_TARGET_WEIGHTS) does not narrow the calibration
+    engine_options(models_toml=toml, home=home, target_weights="dense")
     assert main(["calibrate", "--pair", "tiny"]) == 0
     measured = capsys.readouterr().out
     rows = [line.split() for line in measured.splitlines() if line.split()[:1] in (["target"], ["draft"])]
@@ -277,13 +279,11 @@ def test_codecue_models_calibrate_times_the_gguf_and_prints_the_load_choice(tmp_
     (1000.0, 128),  # never above PREFILL_CHUNK
     (0.0, 128),    # no measurement: the old default
 ])
-def test_the_prefill_chunk_takes_at_most_three_seconds_here(tok_s, chunk, monkeypatch):
-    from engine import llamacpp
+def test_the_prefill_chunk_takes_at_most_three_seconds_here(tok_s, chunk):
+    from engine.weights import llamacpp
 
-    monkeypatch.delenv("CODECUE_PREFILL_CHUNK", raising=False)
     assert llamacpp.prefill_chunk_for(tok_s) == chunk
-    monkeypatch.setenv("CODECUE_PREFILL_CHUNK", "40")
-    assert llamacpp.prefill_chunk_for(tok_s) == 40
+    assert llamacpp.prefill_chunk_for(tok_s, 40) == 40  # CODECUE_PREFILL_CHUNK=40
 
 
 def test_a_keystroke_during_prefill_keeps_the_chunks_that_finished(models, monkeypatch):
@@ -303,10 +303,9 @@ def test_a_keystroke_during_prefill_keeps_the_chunks_that_finished(models, monke
 
 
 def test_the_loader_sizes_each_llamacpp_models_chunk_from_its_calibrated_rate(models, monkeypatch):
-    from engine.calibrate import Choice
-    from engine.machine_choice import size_prefill_chunks
+    from engine.calibration.measurements import Choice
+    from engine.loading.choice import size_prefill_chunks
 
-    monkeypatch.delenv("CODECUE_PREFILL_CHUNK", raising=False)
     for model in models.values():
         monkeypatch.setattr(model, "prefill_chunk", 128)
     cal = Calibration(key={}, measurements=[measurement("llamacpp", "ggml", 70.0, 20.0),
@@ -338,8 +337,8 @@ def test_a_keystroke_lets_a_shared_prefill_pass_end(models, monkeypatch, shared,
 
 
 def test_a_shared_prefill_pass_stops_when_the_next_request_abandons_it(models, monkeypatch):
-    """The shared pass runs under `finishing`'s test instead of the cancel (engine/kvcache.SharedPasses): when the
-    next request does not share it, llama.cpp's pass is stopped too."""
+    """The shared pass runs under `finishing`'s test instead of the cancel (engine/decode/kvcache.SharedPasses): when
+    the next request does not share it, llama.cpp's pass is stopped too."""
     model = models["target"]
     monkeypatch.setattr(model, "prefill_chunk", 8)
     token, abandon = CancelToken(), CancelToken()
@@ -378,8 +377,10 @@ def test_a_spare_fits_beside_every_session_and_a_one_off_request(models, referen
 
 def test_a_kept_llamacpp_model_times_passes_again_until_closed(gguf_files, monkeypatch):
     """measure(keep=...) leaves the model open with its context cached, so the calibration can time its passes again
-    beside torch's (engine/calibrate_finalists.py); the calibration closes every kept model, even when it fails."""
-    from engine import calibrate, calibrate_finalists, calibrate_llamacpp
+    beside torch's (engine/calibration/finalists.py); the calibration closes every kept model, even when it fails."""
+    from engine.calibration import finalists as calibrate_finalists
+    from engine.calibration import llamacpp_timing as calibrate_llamacpp
+    from engine.calibration.run import calibration_for
 
     keep = {}
     row = calibrate_llamacpp.measure("target", gguf_files["target"], widths=(1, 2), context_tokens=24,
@@ -397,9 +398,9 @@ def test_a_kept_llamacpp_model_times_passes_again_until_closed(gguf_files, monke
 
     def fail(*args, **kwargs):
         raise RuntimeError("torch formats failed")
-    monkeypatch.setattr("engine.calibrate_torch.calibrate", fail)
+    monkeypatch.setattr("engine.calibration.run.calibrate", fail)
     config = tiny_model(2, 0).config
     with pytest.raises(RuntimeError, match="torch formats failed"):
-        calibrate.calibration_for(Path(gguf_files["target"]).parent, config, None, in_process=True, progress=False,
+        calibration_for(Path(gguf_files["target"]).parent, config, None, in_process=True, progress=False,
                                   gguf_files={"target": gguf_files["target"]})
     assert len(closed) == 1 and closed[0].owner.ctx is None

@@ -1,4 +1,4 @@
-"""A vnni model in fp32 with a format cache starts from a bf16 skeleton (engine/models.load_model): ~3 GB less at
+"""A vnni model in fp32 with a format cache starts from a bf16 skeleton (engine/loading/pair.load_model): ~3 GB less at
 the peak of a start for the 1.5B. What it ends up as must be exactly what the fp32 start gives."""
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import pytest
 import torch
 import transformers
 
-from engine.kvcache import TrackedCache
-from engine.models import cache_dir, load_config, load_model, model_dir
-from engine.quant import format_cache_file
+from engine.decode.kvcache import TrackedCache
+from engine.loading.pair import load_model
+from engine.store.config import cache_dir, load_config, model_dir
 from engine.testing import build_tiny_model, build_tiny_pair
+from engine.weights.formats import format_cache_file
 
 
 @pytest.fixture
-def bf16_tiny_target(tmp_path, monkeypatch):
+def bf16_tiny_target(tmp_path, engine_options):
     """The tiny target saved in bf16, as `codecue-models fetch` saves every model; returns (spec, home)."""
     home, toml = build_tiny_pair(tmp_path)
-    monkeypatch.setenv("CODECUE_HOME", str(home))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    engine_options(home=home, models_toml=toml)
     spec = load_config().pair("tiny").target
     original = build_tiny_model(transformers.AutoConfig.from_pretrained(model_dir(spec, home)).vocab_size, 2, 0)
     original.to(torch.bfloat16).save_pretrained(model_dir(spec, home))
@@ -76,10 +76,9 @@ def test_an_unusable_cache_under_a_skeleton_starts_again_in_fp32(bf16_tiny_targe
     assert_same_model(reference, again)
 
 
-def test_models_saved_in_fp32_never_start_from_a_skeleton(tmp_path, monkeypatch):
+def test_models_saved_in_fp32_never_start_from_a_skeleton(tmp_path, monkeypatch, engine_options):
     home, toml = build_tiny_pair(tmp_path)  # the tiny pair's own files are fp32
-    monkeypatch.setenv("CODECUE_HOME", str(home))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    engine_options(home=home, models_toml=toml)
     spec = load_config().pair("tiny").target
     calls = loaded_dtypes(monkeypatch)
     for _ in range(2):

@@ -2,11 +2,11 @@
 match is cut to what its own, higher acceptance pays for, a 2-token match to what its lower one does."""
 import numpy as np
 import pytest
-
-from engine.drafters import Draft, LookupDrafter, matched_length
-from engine.policy import GainPolicy, Shadow, match_bucket
-from engine.suffix_index import SuffixIndex
 from test_engine_policy import ALL, FLAT, ZEN4_VNNI, FrozenCosts
+
+from engine.decode.drafters import Draft, LookupDrafter, matched_length
+from engine.decode.policy import GainPolicy, Shadow, match_bucket
+from engine.decode.suffix_index import SuffixIndex
 
 # (name, context as a string of one-letter tokens, expected match length). The lookup matches the last 4 tokens at
 # most (n from 4 down to 2); the match length counts back from there while the text before both agrees.

@@ -3,14 +3,27 @@ the auto drafter on the tiny fp32 pair."""
 import math
 
 import pytest
+from engine_helpers import (
+    STOP_IDS,
+    ReferenceDrafter,
+    random_prompt,
+    reference_greedy,
+    tiny_engine,
+    tiny_model,
+)
 
 from engine import CompletionRequest
-from engine.drafters import Draft, LookupDrafter, NoDrafter
-from engine.kvcache import TrackedCache
-from engine.pass_costs import GPU_DRAFT_RATIO, GPU_VERIFY_MS, PassCosts, interpolate, uncalibrated_costs
-from engine.policy import GainPolicy, Shadow, best_choice, expected_tokens, rate
-from engine.speculative import generate
-from engine_helpers import STOP_IDS, ReferenceDrafter, random_prompt, reference_greedy, tiny_engine, tiny_model
+from engine.decode.drafters import Draft, LookupDrafter, NoDrafter
+from engine.decode.kvcache import TrackedCache
+from engine.decode.pass_costs import (
+    GPU_DRAFT_RATIO,
+    GPU_VERIFY_MS,
+    PassCosts,
+    interpolate,
+    uncalibrated_costs,
+)
+from engine.decode.policy import GainPolicy, Shadow, best_choice, expected_tokens, rate
+from engine.decode.speculative import generate
 
 ALL = ("none", "lookup", "draft", "hybrid")
 FLAT = {1: 100.0, 2: 101.0, 4: 103.0, 8: 108.0, 16: 120.0}  # bandwidth-bound: K+1 tokens cost about one
@@ -60,7 +73,7 @@ def test_gain_model_picks_the_fastest_choice(case):
 
 
 def test_a_gpu_without_calibration_prices_the_draft_model_as_measured_there():
-    # On the H200 the 0.5B draft's pass costs 0.82x the 1.5B's (both launch-bound): even 80 % acceptance does not
+    # On the H200 the 0.5B draft's pass costs nearly the 1.5B's (both launch-bound): even 80 % acceptance does not
     # pay for it, where the CPU's neutral prior (0.4) would draft; lookup drafts still pay.
     alpha = {"draft": 0.8, "lookup": 0.9}
     gpu, cpu = uncalibrated_costs("cuda"), uncalibrated_costs("cpu")
@@ -78,7 +91,7 @@ def test_draft_model_catch_up_is_charged_to_the_request():
     assert best_choice(costs, ("none", "draft"), 8, alpha, 0.0, catchup_tokens=2000, remaining=16).drafter == "none"
 
 
-# The AVX2 emulation's calibration (docs/benchmarks.md): the vnni draft model's passes by width, its prefill rate.
+# A calibration under the AVX2 emulation: the vnni draft model's passes by width, its prefill rate.
 AVX2_DRAFT = {1: 16.32, 2: 19.52, 4: 32.68, 8: 64.16, 16: 130.39}
 AVX2_DRAFT_PREFILL = 1000 / 209.6
 
@@ -136,10 +149,11 @@ def test_short_catch_ups_teach_their_widths_not_the_draft_models_step():
 
 
 def test_the_calibrated_draft_widths_reach_the_engines_costs():
-    from engine.calibrate import Calibration, Choice, Measurement
-    from engine.engine import Engine
-    from engine.machine_choice import pass_costs_from
     from engine_helpers import tiny_pair
+
+    from engine.calibration.measurements import Calibration, Choice, Measurement
+    from engine.engine import Engine
+    from engine.loading.choice import pass_costs_from
 
     target = Measurement("target", "vnni", "float32", {1: 39.9, 2: 54.5, 4: 78.2, 8: 123.2, 16: 234.4}, 69.1)
     draft = Measurement("draft", "vnni4", "float32", dict(AVX2_DRAFT), 209.6)
@@ -491,7 +505,7 @@ def test_a_session_whose_drafts_are_never_accepted_ends_with_drafting_off():
 
 
 def test_new_sessions_start_from_what_drafting_earned_in_earlier_sessions():
-    from engine.policy import GainPolicy, SharedAcceptance
+    from engine.decode.policy import GainPolicy, SharedAcceptance
 
     shared = SharedAcceptance()
     fresh = GainPolicy(PassCosts(), shared=shared)
@@ -509,7 +523,7 @@ def test_new_sessions_start_from_what_drafting_earned_in_earlier_sessions():
 def test_one_miss_in_a_new_session_does_not_undo_what_the_draft_model_earned_before():
     """Pooled at 0.9, a line's first draft missing at its first token must leave the model drafting long drafts
     (at the optimistic seed's weight it fell to 0.64 and K to 2: a third target pass on a 5-9-token line)."""
-    from engine.policy import SharedAcceptance
+    from engine.decode.policy import SharedAcceptance
 
     def pooled(**weights) -> SharedAcceptance:
         shared = SharedAcceptance(**weights)
@@ -560,7 +574,7 @@ def test_the_draft_models_untimed_costs_move_with_the_targets_timings():
 def test_a_catch_up_is_priced_over_what_completions_here_run_to_not_what_they_allow():
     """300 prompt tokens the draft model has not seen cost 450 ms: spread over the 64 tokens a request allows the
     draft model pays, but single-line completions here stop after ~8, and there it must not be chosen."""
-    from engine.policy import SharedAcceptance
+    from engine.decode.policy import SharedAcceptance
 
     costs = PassCosts(verify_ms=dict(FLAT), draft_ms=20.0, draft_prefill_ms=1.5)
     shared = SharedAcceptance()
@@ -584,9 +598,9 @@ def test_the_engine_counts_how_long_completions_run():
 
 def test_a_block_is_not_priced_over_how_long_single_lines_ran():
     """Lines stop after ~8 tokens, blocks run to 64: a draft-model catch-up that pays over a block's 64 tokens was
-    priced over the lines' 8 and never chosen, and under AVX2 no probe of the draft model fired for a whole block
-    (docs/benchmarks.md, twenty-eighth). Lengths are pooled per request kind."""
-    from engine.policy import SharedAcceptance
+    priced over the lines' 8 and never chosen, and under AVX2 no probe of the draft model fired for a whole block.
+    Lengths are pooled per request kind."""
+    from engine.decode.policy import SharedAcceptance
 
     shared = SharedAcceptance()
     for _ in range(20):

@@ -1,10 +1,11 @@
 """The int8 weight format: close to the float model, and a quantized draft keeps speculation exact."""
 import torch
+from engine_helpers import random_prompt, reference_greedy, tiny_model, tiny_pair
 
 from engine import CompletionRequest, Engine
-from engine.quant import Int8Linear, apply_weight_format, quantize_int8
 from engine.testing import build_tiny_model
-from engine_helpers import random_prompt, reference_greedy, tiny_model, tiny_pair
+from engine.weights.formats import apply_weight_format, quantize_int8
+from engine.weights.quantized import Int8Linear
 
 
 def test_int8_linear_matches_the_float_layer_within_quantization_error():

@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
-import engine.speculative as speculative
+import engine.decode.speculative as speculative
 from engine import CompletionRequest
-from engine.drafters import LookupDrafter, ModelDrafter
-from engine.kvcache import TrackedCache
-from engine.sampling import first_argmax, sample, warp
-from engine.speculative import SpeculationController, generate
+from engine.decode.drafters import LookupDrafter, ModelDrafter
+from engine.decode.kvcache import TrackedCache
+from engine.decode.sampling import first_argmax, sample, warp
+from engine.decode.speculative import SpeculationController, generate
 from engine.testing import build_tiny_model
 
 VOCAB = 6
@@ -130,7 +130,7 @@ def test_warp_top_p_keeps_the_smallest_set_reaching_p():
 def test_a_draft_with_a_narrower_output_layer_is_padded_to_the_target():
     """7B target (152,064 outputs) with the 0.5B draft (151,936): the ids only the target has get q = 0, so a
     rejection samples them from the residual like any other id."""
-    from engine.sampling import accept_sampled
+    from engine.decode.sampling import accept_sampled
 
     target_logits = torch.full((2, 10), -1e9)
     target_logits[:, 9] = 0.0  # the target only ever says id 9, which the 8-wide draft cannot express

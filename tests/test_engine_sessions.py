@@ -1,10 +1,11 @@
 """KV prefix reuse across requests of one session, cancellation, and adaptive speculation."""
 import threading
 
-from engine import CancelToken, CompletionRequest
-from engine.kvcache import common_prefix_length
-from engine.speculative import SpeculationController
 from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
+
+from engine import CancelToken, CompletionRequest
+from engine.decode.speculative import SpeculationController
+from engine.weights.prefill_plan import common_prefix_length
 
 MAX_NEW = 16
 

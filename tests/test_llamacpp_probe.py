@@ -1,5 +1,5 @@
-"""llama.cpp's repacked weights (extra buffer types, AMX) are used only where a child process ran them on this
-machine (engine/llamacpp_probe.py): on an AMX-reporting VM they crash the process at the first multi-token pass."""
+"""llama.cpp's repacked weights (extra buffer types, AMX) are used only where a child process ran them on this machine
+(engine/weights/llamacpp_probe.py): on an AMX-reporting VM they crash the process at the first multi-token pass."""
 import json
 import signal
 import sys
@@ -8,16 +8,16 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pyproject pins it; `make venv`)")
 
-from engine import llamacpp_probe  # noqa: E402
-from engine.llamacpp import LlamaCppModel  # noqa: E402
-from engine.testing import write_gguf  # noqa: E402
 from engine_helpers import tiny_model, tiny_tokenizer  # noqa: E402
+
+from engine.testing import write_gguf  # noqa: E402
+from engine.weights import llamacpp_probe  # noqa: E402
+from engine.weights.llamacpp import LlamaCppModel  # noqa: E402
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("CODECUE_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("CODECUE_LLAMACPP_EXTRA_BUFFERS", raising=False)
+def home(tmp_path, monkeypatch, engine_options):
+    engine_options(home=tmp_path / "home", llamacpp_extra_buffers=None)
     monkeypatch.setattr(llamacpp_probe, "_answers", {})
     return tmp_path / "home"
 
@@ -33,7 +33,7 @@ def test_a_quantized_gguf_decodes_here_whatever_its_repacked_kernels_do(home, q8
     """The default load asks the probe first: it never crashes this process, and the plain kernels it may fall back
     to give the same greedy tokens as the other way."""
     tokens = list(range(10, 42))
-    model = LlamaCppModel(q8_gguf, n_threads=1, n_ctx_per_sequence=256, n_sequences=1)
+    model = llamacpp_probe.load_checked(q8_gguf, n_threads=1, n_ctx_per_sequence=256, n_sequences=1)
     chosen = model.decode(model.take_sequence(), 0, tokens, "all")
     model.close()
     stored = json.loads(llamacpp_probe.cache_file(home).read_text())
@@ -72,7 +72,7 @@ def test_a_child_that_crashes_means_plain_kernels_and_says_why(home, q8_gguf, mo
         assert llamacpp_probe.extra_buffers_run(q8_gguf) is False
     assert f"crashed (signal {int(signal.SIGSEGV)})" in caplog.text and "q8.gguf" in caplog.text
     assert [v["ran"] for v in json.loads(llamacpp_probe.cache_file(home).read_text()).values()] == [False]
-    model = LlamaCppModel(q8_gguf, n_threads=1, n_ctx_per_sequence=256, n_sequences=1)
+    model = llamacpp_probe.load_checked(q8_gguf, n_threads=1, n_ctx_per_sequence=256, n_sequences=1)
     assert model.extra_buffers is False
     model.close()
     # The benchmark peer and the remote-engine tests start llama-server the same way.
@@ -90,8 +90,8 @@ def test_a_file_that_does_not_load_is_not_an_answer(home, tmp_path):
 
 
 @pytest.mark.parametrize("setting,expected", [("1", True), ("0", False)])
-def test_the_setting_answers_without_a_child(home, q8_gguf, monkeypatch, setting, expected):
-    monkeypatch.setenv("CODECUE_LLAMACPP_EXTRA_BUFFERS", setting)
+def test_the_setting_answers_without_a_child(home, q8_gguf, monkeypatch, engine_options, setting, expected):
+    engine_options(llamacpp_extra_buffers=setting == "1")  # CODECUE_LLAMACPP_EXTRA_BUFFERS
     monkeypatch.setattr(llamacpp_probe, "run_child", lambda path: pytest.fail("asked"))
     assert llamacpp_probe.extra_buffers_run(q8_gguf) is expected
     assert llamacpp_probe.peer_arguments(q8_gguf) == ([] if expected else ["--no-repack"])

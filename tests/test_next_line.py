@@ -5,13 +5,13 @@ from dataclasses import replace
 
 import pytest
 import pytest_asyncio
+from server_harness import Gate, tiny_in_process_server
 
 from codecue_lsp.next_line import enter_at, next_line, start_next_line
 from codecue_lsp.positions import cursor_at
 from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.text import split_cursor
 from codecue_lsp.server import Snapshot
-from server_harness import Gate, tiny_in_process_server
 
 
 def plan_for(marked: str, suggestion: str):
@@ -112,7 +112,7 @@ async def test_a_request_for_the_engine_stops_the_writer(served, request_from):
         client.change(uri, 2, DOC + " Q")
         _, answer = client.complete(uri, 1, len("    total = a Q"))
     gate.opened.set()
-    await asyncio.gather(*server.background_tasks)
+    await asyncio.gather(*server.background.tasks)
     await asyncio.wait_for(answer, 60)
     after = await client.stats()
     assert after["next_line_ready"] == 0 and server.typethrough.lookup_next(uri, plan.end, "") is None
@@ -132,7 +132,7 @@ async def test_typing_the_suggestion_does_not_stop_the_writer(served):
     assert (await asyncio.wait_for(answer, 60))["result"]["items"][0]["insertText"] == " b"
     assert (await client.stats())["resources"]["background"] == 1
     gate.opened.set()
-    await asyncio.gather(*server.background_tasks)
+    await asyncio.gather(*server.background.tasks)
     after = await client.stats()
     assert after["next_line_started"] == 1 and after["typethrough_hits"] == 1
     assert not writer.token.is_set()  # it ran to its end
@@ -145,7 +145,7 @@ async def test_the_writer_leaves_its_line_for_the_type_through_cache(served):
     uri = "file:///w/next.py"
     gate, plan = await _writer_held(client, uri)
     gate.opened.set()
-    await asyncio.gather(*server.background_tasks)
+    await asyncio.gather(*server.background.tasks)
     after = await client.stats()
     written = server.typethrough.lookup_next(uri, plan.end, "")
     # The line the completer writes for that document and cursor, asked directly.
@@ -194,7 +194,8 @@ async def _idle(client):
     server = client.server
     for _ in range(500):
         await asyncio.sleep(0.02)
-        if server.scheduler.background is None and not server.background_tasks and server.resting_cursor is None:
+        work = server.background
+        if server.scheduler.background is None and not work.tasks and work.resting_cursor is None:
             return await client.stats()
     pytest.fail("the background work did not end")
 
@@ -242,18 +243,16 @@ async def test_no_line_is_written_after_a_rest_where_enter_is_unlikely_or_it_is_
 
 @pytest.mark.asyncio
 async def test_a_keystroke_after_the_rest_drops_its_planned_line(served):
-    from codecue_lsp.warmup import start_idle_work
-
     client, server = served, served.server
     uri = "file:///w/rest.py"
     client.open(uri, DOC)
     snap = server.snapshot(uri)
     plan = enter_at(snap, cursor_at(DOC, 1, len("    total = a")))
-    server.line_after_rest = plan
+    server.background.line_after_rest = plan
     client.change(uri, 2, DOC + " +")  # typed before the engine was free
-    start_idle_work(server)
-    assert server.line_after_rest is None and (await client.stats())["next_line_started"] == 0
-    server.line_after_rest = replace(plan, version=2)  # (the same plan, for the document as it is now)
-    start_idle_work(server)
+    server.background.start_idle()
+    assert server.background.line_after_rest is None and (await client.stats())["next_line_started"] == 0
+    server.background.line_after_rest = replace(plan, version=2)  # (the same plan, for the document as it is now)
+    server.background.start_idle()
     assert (await client.stats())["next_line_at_rest"] == 1
     await _idle(client)

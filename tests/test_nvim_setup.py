@@ -18,7 +18,14 @@ import pytest
 
 pytestmark = pytest.mark.editor  # run by editor-clients/test.sh, which installs Neovim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "editor-clients" / "testing"))
-from nvim_editor import PLUGIN, ROOT, Editor, fake_server_cmd, nvim_binary, real_server_cmd  # noqa: E402
+from nvim_editor import (  # noqa: E402
+    PLUGIN,
+    ROOT,
+    Editor,
+    fake_server_cmd,
+    nvim_binary,
+    real_server_cmd,
+)
 
 FAKE = 'print("hello")'
 BUF_STATE = "local st = require('codecue.fallback').buffers[vim.api.nvim_get_current_buf()] "

@@ -1,10 +1,15 @@
 """Post-processing rules, table-driven: document with the cursor (█), raw model output, what is shown."""
 import pytest
 
-from codecue_lsp.postprocess import drop_trailing_comment, make_stop_predicate, postprocess, replacement_text
+from codecue_lsp.postprocess import (
+    drop_trailing_comment,
+    make_stop_predicate,
+    postprocess,
+    replacement_text,
+)
 from codecue_lsp.prompt import OpenDocument, build_prompt
 from codecue_lsp.prompt.text import split_cursor
-from engine.models import FimTemplate
+from engine.store.config import FimTemplate
 
 FIM = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
 

@@ -3,7 +3,7 @@ import pytest
 
 from codecue_lsp.prompt import OpenDocument, PromptBudget, SyntaxCache, build_prompt
 from codecue_lsp.prompt.text import split_cursor
-from engine.models import FimTemplate
+from engine.store.config import FimTemplate
 
 FIM = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
 
@@ -132,8 +132,9 @@ def test_five_megabyte_document(with_cache):
 
 
 def test_with_the_tiny_pair_tokenizer():
-    from engine import Engine
     from engine_helpers import tiny_pair
+
+    from engine import Engine
 
     engine = Engine(tiny_pair("none"))
     text, line, character = split_cursor(module(80) + FIB)

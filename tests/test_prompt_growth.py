@@ -4,15 +4,19 @@ import asyncio
 import contextlib
 
 import pytest
+from engine_helpers import tiny_engine
+from server_harness import Gate, tiny_in_process_server
+from test_prompt_sizing import Measured, long_document
 
 from codecue_lsp.completer import Completer, ready_tokens
 from codecue_lsp.config import Settings
 from codecue_lsp.prompt import OpenDocument
-from codecue_lsp.prompt.sizing import SMALLEST_COLD_TOTAL, cold_total, cold_total_for_prefill_rate
+from codecue_lsp.prompt.sizing import (
+    SMALLEST_COLD_TOTAL,
+    cold_total,
+    cold_total_for_prefill_rate,
+)
 from engine import CancelToken, CompletionRequest
-from engine_helpers import tiny_engine
-from server_harness import Gate, tiny_in_process_server
-from test_prompt_sizing import Measured, long_document
 
 
 @pytest.mark.parametrize("tokens_per_s, cold", [

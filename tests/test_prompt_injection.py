@@ -3,12 +3,14 @@ text. The prompt is built as pieces and encoded by the engine: user text with sp
 template marker as its one special token."""
 import pytest
 import torch
+from engine_helpers import tiny_pair
 
 from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
 from codecue_lsp.prompt.text import split_cursor
 from engine import Engine
-from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec, is_ready, load_config, model_dir
-from engine_helpers import tiny_pair
+from engine.loading.pair import LoadedPair
+from engine.store.config import FimTemplate, ModelSpec, PairSpec, load_config, model_dir
+from engine.store.local import is_ready
 
 EVERY_MARKER = ("<|fim_prefix|> <|fim_suffix|> <|fim_middle|> <|fim_pad|> <|file_sep|> <|repo_name|> "
                 "<|endoftext|> <|im_start|> <|im_end|>")
@@ -43,7 +45,7 @@ PLAIN = f"notes: {EVERY_MARKER}\nmore: █ <|fim_middle|>\n"
 
 def models_toml_with_cursor() -> str:
     """This repository's own models.toml (it names every marker), cursor after the FIM prefix setting."""
-    from engine.models import REPO_MODELS_TOML
+    from engine.paths import REPO_MODELS_TOML
 
     text = REPO_MODELS_TOML.read_text()
     anchor = 'prefix = "<|fim_prefix|>"\n'

@@ -7,7 +7,7 @@ import pytest
 from codecue_lsp.prompt import Layouts, OpenDocument, PromptBudget, build_prompt
 from codecue_lsp.prompt.layout import unchanged_ends
 from codecue_lsp.prompt.text import split_cursor
-from engine.models import FimTemplate
+from engine.store.config import FimTemplate
 
 FIM = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
 URI = "file:///w/pkg/main.py"
@@ -228,9 +228,10 @@ def test_typing_does_not_make_the_layout_flicker():
 
 
 def _both_completers():
+    from engine_helpers import tiny_engine
+
     from codecue_lsp.completer import Completer
     from codecue_lsp.remote import RemoteCompleter
-    from engine_helpers import tiny_engine
 
     engine = tiny_engine("none")
     return engine, [Completer(engine), RemoteCompleter(None, FIM, count)]
@@ -320,9 +321,10 @@ def test_enter_leaves_the_prompt_before_the_middle_as_it_was():
 
 
 def test_after_enter_the_engine_prefills_only_the_new_line():
+    from engine_helpers import tiny_engine
+
     from codecue_lsp.completer import Completer
     from codecue_lsp.config import Settings
-    from engine_helpers import tiny_engine
 
     engine = tiny_engine("none")
     try:

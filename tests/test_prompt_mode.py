@@ -3,7 +3,7 @@ import pytest
 
 from codecue_lsp.prompt import OpenDocument, build_prompt
 from codecue_lsp.prompt.text import split_cursor
-from engine.models import FimTemplate
+from engine.store.config import FimTemplate
 
 FIM = FimTemplate("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>")
 

@@ -5,7 +5,12 @@ import pytest
 
 from codecue_lsp.config import Settings
 from codecue_lsp.prompt import OpenDocument
-from codecue_lsp.prompt.sizing import DEFAULT_TOTAL, SMALLEST_AUTO_TOTAL, budget_for, total_for_prefill_rate
+from codecue_lsp.prompt.sizing import (
+    DEFAULT_TOTAL,
+    SMALLEST_AUTO_TOTAL,
+    budget_for,
+    total_for_prefill_rate,
+)
 
 
 @pytest.mark.parametrize("tokens_per_s, total", [
@@ -47,9 +52,9 @@ def test_prompt_tokens_flag(capsys):
 
 
 class Measured:
-    """The calibration's row for the loaded target, as engine/calibrate.py writes it."""
+    """The calibration's row for the loaded target, as engine/calibration/measurements.py writes it."""
     def __init__(self, tokens_per_s):
-        from engine.calibrate import Calibration, Choice, Measurement
+        from engine.calibration.measurements import Calibration, Choice, Measurement
 
         self.calibration = Calibration({"cpu": "test"}, [
             Measurement("target", "llamacpp", "ggml", {1: 60.0}, tokens_per_s),
@@ -71,8 +76,9 @@ def long_document() -> tuple[OpenDocument, int, int]:
     (50.0, 512, 512),               # a number is kept whatever the machine
 ])
 def test_the_completer_sizes_prompts_from_the_engines_measured_prefill(rate, asked, most):
-    from codecue_lsp.completer import Completer
     from engine_helpers import tiny_engine
+
+    from codecue_lsp.completer import Completer
 
     engine = tiny_engine("none")
     if rate is not None:

@@ -3,7 +3,13 @@ import random
 
 import pytest
 
-from codecue_lsp.prompt.syntax import MAX_PARSE_BYTES, SyntaxCache, parse_bytes, parse_document, text_edit
+from codecue_lsp.prompt.syntax import (
+    MAX_PARSE_BYTES,
+    SyntaxCache,
+    parse_bytes,
+    parse_document,
+    text_edit,
+)
 from codecue_lsp.prompt.text import encode, sanitize, split_cursor
 
 SOURCES = {

@@ -1,8 +1,14 @@
 """Positions: LSP (line, UTF-16 character) to offsets, clamping, odd text."""
 import pytest
 
-from codecue_lsp.prompt.text import (first_unbalanced_closer, offset_of_position, open_brackets, sanitize,
-                                     split_cursor, utf16_to_index)
+from codecue_lsp.prompt.text import (
+    first_unbalanced_closer,
+    offset_of_position,
+    open_brackets,
+    sanitize,
+    split_cursor,
+    utf16_to_index,
+)
 
 
 @pytest.mark.parametrize("marked", [

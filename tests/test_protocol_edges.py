@@ -6,8 +6,16 @@ The rules under test are stated in codecue_lsp/protocol.py (what each message ge
 from __future__ import annotations
 
 import pytest
-
-from protocol_raw import DOC, DOC_URI, RawServer, completion, did_open, frame, notification, request
+from protocol_raw import (
+    DOC,
+    DOC_URI,
+    RawServer,
+    completion,
+    did_open,
+    frame,
+    notification,
+    request,
+)
 
 
 def error_code(reply: dict) -> int | None:

@@ -32,8 +32,18 @@ import re
 import threading
 import time
 
-from protocol_raw import (DOC, DOC_URI, HANG_GUARD_S, INITIALIZE_PARAMS, RawServer, completion, did_open, frame,
-                          notification, request)
+from protocol_raw import (
+    DOC,
+    DOC_URI,
+    HANG_GUARD_S,
+    INITIALIZE_PARAMS,
+    RawServer,
+    completion,
+    did_open,
+    frame,
+    notification,
+    request,
+)
 
 SEED = 20261130
 MESSAGES = 10_500

@@ -2,7 +2,8 @@
 elsewhere it is skipped when the models are not in the cache."""
 import pytest
 
-from engine.models import is_ready, load_config
+from engine.store.config import load_config
+from engine.store.local import is_ready
 
 pytestmark = pytest.mark.real_model
 
@@ -17,10 +18,15 @@ def engine():
 
 
 def test_default_pair_completes_fibonacci_and_speculation_is_lossless(engine):
-    """Lossless as engine/exactness.py states it for the calibrated format: identical to the target alone up to a
-    first difference, which may only sit at a near tie of the target alone (exact equality in dense fp32)."""
+    """Lossless as engine/testing/exactness.py states it for the calibrated format: identical to the target alone up
+    to a first difference, which may only sit at a near tie of the target alone (exact equality in dense fp32)."""
     from engine import CompletionRequest
-    from engine.exactness import compare, epsilon_for, pass_rounding, reference_greedy
+    from engine.testing.exactness import (
+        compare,
+        epsilon_for,
+        pass_rounding,
+        reference_greedy,
+    )
 
     prefix = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
     ids = engine.encode_fim(prefix, "\n\nprint(fibonacci(10))\n")

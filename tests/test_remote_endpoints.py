@@ -10,7 +10,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from lsp_helpers import complete, items_of, open_doc, running_server, wait_for_stats
 
 pytestmark = pytest.mark.asyncio

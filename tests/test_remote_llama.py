@@ -14,12 +14,19 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-
-from codecue_lsp.prompt.text import split_cursor
-from engine.llamacpp_probe import peer_arguments
-from lsp_helpers import change_doc, complete, items_of, open_doc, running_server, wait_for_stats
+from lsp_helpers import (
+    change_doc,
+    complete,
+    items_of,
+    open_doc,
+    running_server,
+    wait_for_stats,
+)
 from test_prompt_injection import EVERY_MARKER, FIB_WITH_MARKERS
 from test_remote_endpoints import free_port
+
+from codecue_lsp.prompt.text import split_cursor
+from engine.weights.llamacpp_probe import peer_arguments
 
 pytestmark = [pytest.mark.remote, pytest.mark.asyncio(loop_scope="module")]
 
@@ -36,7 +43,7 @@ def llama(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
     with open(log, "wb") as out:
-        # --no-repack where llama.cpp's repacked (AMX) kernels crash on this machine (engine/llamacpp_probe.py)
+        # --no-repack where llama.cpp's repacked (AMX) kernels crash on this machine (engine/weights/llamacpp_probe.py)
         proc = subprocess.Popen([str(LLAMA_SERVER), "-m", str(GGUF), "-t", "1", "-c", "2048", "-np", "1", "--slots",
                                  "--host", "127.0.0.1", "--port", str(port), *peer_arguments(GGUF)],
                                 stdout=out, stderr=subprocess.STDOUT)

@@ -6,14 +6,32 @@ import logging
 
 import httpx
 import pytest
+from test_prompt_injection import (
+    CASES,
+    FIB_WITH_MARKERS,
+    MARKERS,
+    _engine_for,
+    specials_in,
+)
 
 from codecue_lsp.config import Settings
 from codecue_lsp.prompt import OpenDocument, PromptBudget, build_prompt
 from codecue_lsp.prompt.text import split_cursor
-from codecue_lsp.remote import (PromptEncoder, RemoteBackend, RemoteCompleter, RemotePrepared, RetryPolicy,
-                                build_remote_completer, fim_markers, parse_sse, render_prompt)
+from codecue_lsp.remote import (
+    PromptEncoder,
+    RemoteCompleter,
+    build_remote_completer,
+    fim_markers,
+    render_prompt,
+)
+from codecue_lsp.remote_endpoint import (
+    RemoteBackend,
+    RemotePrepared,
+    RetryPolicy,
+    parse_sse,
+)
+from engine.options import REPO_MODELS_TOML
 from engine.types import CancelToken
-from test_prompt_injection import CASES, FIB_WITH_MARKERS, MARKERS, _engine_for, specials_in
 
 
 def sse(*texts: str, finish: str = "stop") -> bytes:
@@ -153,10 +171,10 @@ def test_engine_setting():
 
 def tiny_engine_and_encoder():
     """The tiny pair's tokenizer twice: as the local engine holds it, and as tokenizer.json would load it here."""
+    from engine_helpers import tiny_pair
     from tokenizers import Tokenizer
 
     from engine import Engine
-    from engine_helpers import tiny_pair
 
     engine = Engine(tiny_pair("none"))
     copy = Tokenizer.from_str(engine.tokenizer.backend_tokenizer.to_str())  # the encoder sets a flag on its own copy
@@ -171,7 +189,8 @@ def engine_and_encoder(request):
         from tokenizers import Tokenizer
         from transformers import AutoTokenizer
 
-        from engine.models import is_ready, load_config, model_dir
+        from engine.store.config import load_config, model_dir
+        from engine.store.local import is_ready
         spec = load_config().pair("default").target
         if not is_ready(spec.name):
             pytest.skip("real models not fetched: run `codecue-models fetch`")
@@ -248,9 +267,8 @@ def test_build_remote_completer_sends_ids_when_the_tokenizer_is_here(tiny_pair_e
         completer.engine.close()
 
 
-def test_without_a_tokenizer_the_prompt_is_text_and_a_warning_says_so_once(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("CODECUE_HOME", str(tmp_path))  # no models fetched here
-    monkeypatch.delenv("CODECUE_MODELS_TOML", raising=False)
+def test_without_a_tokenizer_the_prompt_is_text_and_a_warning_says_so_once(tmp_path, engine_options, caplog):
+    engine_options(home=tmp_path, models_toml=REPO_MODELS_TOML)  # no models fetched here
     caplog.set_level(logging.INFO)
     completer = build_remote_completer(Settings().merged({"engine": "http://127.0.0.1:9/v1"}))
     try:

@@ -11,17 +11,38 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_replay_report import (
+    DELAY_MS,
+    HOLD_MS,
+    URI,
+    VirtualClockReplay,
+    fake_server,
+    known_trace,
+)
 
 from codecue_lsp.replay import synth
 from codecue_lsp.replay.__main__ import main as replay_main
 from codecue_lsp.replay.bench_table import main as bench_table_main
 from codecue_lsp.replay.bench_table import portable, prometheus_counters
-from codecue_lsp.replay.clients import (ClientsRun, StartLine, client_events, client_uri, clients_table,
-                                        load_numbers, parse_client_counts, run_clients, run_clients_async,
-                                        summarize_clients)
-from codecue_lsp.replay.runner import RequestRecord, RunResult, ServerConfig, finish_record
+from codecue_lsp.replay.clients import (
+    ClientsRun,
+    StartLine,
+    client_events,
+    client_uri,
+    clients_table,
+    load_numbers,
+    parse_client_counts,
+    run_clients,
+    run_clients_async,
+    summarize_clients,
+)
+from codecue_lsp.replay.runner import (
+    RequestRecord,
+    RunResult,
+    ServerConfig,
+    finish_record,
+)
 from codecue_lsp.replay.trace import write_trace
-from test_replay_report import DELAY_MS, HOLD_MS, URI, VirtualClockReplay, fake_server, known_trace
 
 HANG_GUARD_S = 60.0
 
@@ -258,7 +279,7 @@ def test_vllm_bench_without_vllm_says_so(tmp_path):
     result = run_vllm_script(tmp_path, {"VLLM": str(tmp_path / "no-vllm-here"),
                                         "NVIDIA_SMI": gpu_lister(tmp_path, "GPU 0: H100\\n")})
     assert result.returncode == 1
-    assert "vLLM is not installed here" in result.stderr and "scripts/bench-clients.sh" in result.stderr
+    assert "vLLM is not installed here" in result.stderr and "codecue-replay run" in result.stderr
     assert not (tmp_path / "out.json").exists()
 
 

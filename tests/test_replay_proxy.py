@@ -15,7 +15,12 @@ from lsprotocol import types
 from codecue_lsp.replay import client as lsp
 from codecue_lsp.replay.proxy import Recorder, add_truths, minimal_change
 from codecue_lsp.replay.runner import ServerConfig, run_trace
-from codecue_lsp.replay.trace import CURSOR_METHOD, Document, read_trace, replay_documents
+from codecue_lsp.replay.trace import (
+    CURSOR_METHOD,
+    Document,
+    read_trace,
+    replay_documents,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 URI = "file:///work/session.py"

@@ -13,14 +13,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from lsprotocol import types
 
 from codecue_lsp.replay.__main__ import main as replay_main
 from codecue_lsp.replay.html import render
-from codecue_lsp.replay.report import comparison_table, percentile, summarize, summarize_all
-from codecue_lsp.replay.runner import Replay, RequestRecord, RunResult, ServerConfig, finish_record, run_trace, \
-    suggestion_from
+from codecue_lsp.replay.report import (
+    comparison_table,
+    percentile,
+    summarize,
+    summarize_all,
+)
+from codecue_lsp.replay.runner import (
+    Replay,
+    RequestRecord,
+    RunResult,
+    ServerConfig,
+    finish_record,
+    run_trace,
+    suggestion_from,
+)
 from codecue_lsp.replay.trace import write_trace
-from lsprotocol import types
 
 URI = "file:///replay/known.py"
 DELAY_MS = 100

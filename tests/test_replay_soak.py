@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_helpers import random_prompt, tiny_engine
 
 from codecue_lsp.replay import synth
 from codecue_lsp.replay.__main__ import main
 from codecue_lsp.replay.soak import verdict
 from codecue_lsp.replay.trace import Document, read_trace, replay_documents
 from engine import CompletionRequest
-from engine_helpers import random_prompt, tiny_engine
 
 REPO = Path(__file__).resolve().parents[1]
 SOAK_REQUESTS = 5000
@@ -179,7 +179,7 @@ def test_soak_on_the_tiny_pair(tiny_pair_env, tmp_path, monkeypatch):
     # up by a few % at a random moment and stays (seen: +5 % on this ~500 MB process). A fixed threshold makes a step
     # mean memory the server holds, which is what the soak is after.
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
-    sources = sorted(str(p) for p in (REPO / "engine").glob("*.py")) + [str(REPO / "codecue_lsp" / "server.py")]
+    sources = sorted(str(p) for p in (REPO / "engine").rglob("*.py")) + [str(REPO / "codecue_lsp" / "server.py")]
     trace, report, page = tmp_path / "soak.jsonl", tmp_path / "soak.json", tmp_path / "soak.html"
     assert main(["synth", *sources, "--rotate", "8", "--max-keystrokes", str(SOAK_REQUESTS), "--out",
                  str(trace)]) == 0

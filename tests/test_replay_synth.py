@@ -8,7 +8,13 @@ import pytest
 
 from codecue_lsp.replay import synth
 from codecue_lsp.replay.__main__ import main as replay_main
-from codecue_lsp.replay.trace import Document, TraceError, read_trace, replay_documents, utf16_len
+from codecue_lsp.replay.trace import (
+    Document,
+    TraceError,
+    read_trace,
+    replay_documents,
+    utf16_len,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

@@ -6,9 +6,16 @@ import subprocess
 import sys
 
 import pytest
+from lsp_helpers import (
+    complete,
+    items_of,
+    open_doc,
+    running_server,
+    server_env,
+    stats,
+    wait_until_loaded,
+)
 from lsprotocol import types as lsp
-
-from lsp_helpers import (complete, items_of, open_doc, running_server, server_env, stats, wait_until_loaded)
 
 FIB = "def fibonacci(n):\n    if n <= 1:\n        return n\n    "
 
@@ -53,7 +60,8 @@ def test_check_without_models_fails_with_the_fix(tmp_path):
 
 def default_pair_ready() -> bool:
     try:
-        from engine.models import is_ready, load_config
+        from engine.store.config import load_config
+        from engine.store.local import is_ready
 
         spec = load_config().pair("default")
         return is_ready(spec.target.name) and (spec.draft is None or is_ready(spec.draft.name))
@@ -113,33 +121,43 @@ def test_tcp_listens_on_loopback_and_answers_initialize(tmp_path):
     assert proc.stdout.read() == b""  # nothing on stdout: the protocol goes over the socket
 
 
-@pytest.mark.parametrize("flag,env", [(None, None), ("on", "on"), ("off", "off"), ("auto", "auto")])
-def test_torch_prefill_flag_sets_what_the_engine_reads(monkeypatch, flag, env):
-    """`--torch-prefill` reaches engine/torch_prefill.wanted through $CODECUE_TORCH_PREFILL (as replay's --compare
-    passes server flags); without the flag the environment is left as it was."""
-    import codecue_lsp.__main__ as cli
-    from engine import torch_prefill
+@pytest.mark.parametrize("flag,env,setting", [(None, None, "auto"), ("on", None, "on"), ("off", "on", "off"),
+                                              ("auto", "off", "auto"), (None, "off", "off")])
+def test_torch_prefill_flag_sets_the_engines_option(monkeypatch, flag, env, setting):
+    """`--torch-prefill` (as replay's --compare passes server flags) overrides $CODECUE_TORCH_PREFILL in the engine's
+    options (engine/options.py), and the process environment is left as it was."""
+    import os
 
-    monkeypatch.delenv("CODECUE_TORCH_PREFILL", raising=False)
+    import codecue_lsp.__main__ as cli
+    from engine import options
+    from engine.weights import torch_prefill
+
+    if env is None:
+        monkeypatch.delenv("CODECUE_TORCH_PREFILL", raising=False)
+    else:
+        monkeypatch.setenv("CODECUE_TORCH_PREFILL", env)
     monkeypatch.setattr(cli, "check", lambda settings: 0)
     assert cli.main(["--check"] + ([f"--torch-prefill={flag}"] if flag else [])) == 0
-    assert cli.os.environ.get("CODECUE_TORCH_PREFILL") == env
-    assert torch_prefill.wanted(False) is (flag == "on")
-    assert torch_prefill.wanted(True) is (flag != "off")
+    assert os.environ.get("CODECUE_TORCH_PREFILL") == env
+    assert options.current().torch_prefill == setting
+    assert torch_prefill.wanted(False, setting) is (setting == "on")
+    assert torch_prefill.wanted(True, setting) is (setting != "off")
 
 
-@pytest.mark.parametrize("flag,env,code", [(None, None, 0), ("16", "16", 0), ("auto", "auto", 0),
-                                           ("lots", None, 2)])
-def test_prefill_chunk_flag_sets_what_the_engine_reads(monkeypatch, capsys, flag, env, code):
-    """`--prefill-chunk` reaches engine/llamacpp.prefill_chunk_for through $CODECUE_PREFILL_CHUNK; a value that is
-    neither a number nor auto is refused with a message, before anything loads."""
+@pytest.mark.parametrize("flag,chunk,code", [(None, None, 0), ("16", 16, 0), ("auto", None, 0), ("lots", None, 2)])
+def test_prefill_chunk_flag_sets_the_engines_option(monkeypatch, capsys, flag, chunk, code):
+    """`--prefill-chunk` sets EngineOptions.prefill_chunk (engine/weights/llamacpp.prefill_chunk_for); a value that
+    is neither a number nor auto is refused with a message, before anything loads."""
+    import os
+
     import codecue_lsp.__main__ as cli
-    from engine import llamacpp
+    from engine import options
 
     monkeypatch.delenv("CODECUE_PREFILL_CHUNK", raising=False)
     monkeypatch.setattr(cli, "check", lambda settings: 0)
     assert cli.main(["--check"] + ([f"--prefill-chunk={flag}"] if flag else [])) == code
-    assert cli.os.environ.get("CODECUE_PREFILL_CHUNK") == env
-    assert llamacpp.prefill_chunk_for(20.0) == (16 if env == "16" else 32)  # the flag's, or auto's at 20 tok/s
+    assert "CODECUE_PREFILL_CHUNK" not in os.environ
     if code:
         assert "--prefill-chunk" in capsys.readouterr().err
+    else:
+        assert options.current().prefill_chunk == chunk

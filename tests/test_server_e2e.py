@@ -11,11 +11,22 @@ import concurrent.futures
 
 import pytest
 import pytest_asyncio
+from lsp_helpers import (
+    change_doc,
+    complete,
+    completion_params,
+    configure,
+    items_of,
+    open_doc,
+    raw_request,
+    running_server,
+    send_raw,
+    stats,
+    wait_for_stats,
+    wait_until_loaded,
+)
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
-
-from lsp_helpers import (change_doc, complete, completion_params, configure, items_of, open_doc, raw_request,
-                         running_server, send_raw, stats, wait_for_stats, wait_until_loaded)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -50,7 +61,7 @@ BLOCK_DOC = "def compute(values):\n    "  # a block to fill: long random output 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tiny_pair_env):
-    # One torch thread: the tiny model's steps are ~10x faster than with threads fighting over 2 busy cores.
+    # One torch thread: the tiny model's steps are many times faster than with threads fighting over 2 busy cores.
     env = dict(tiny_pair_env, CODECUE_TEST_STEP_DELAY_MS=str(STEP_DELAY_MS), OMP_NUM_THREADS="1")
     # The next line written in the background (on by default) would add engine results to the counters the tests
     # compare; the one test of it turns it on.
@@ -226,10 +237,10 @@ async def test_cancel_request_stops_generation_and_server_keeps_serving(client):
 
 
 async def in_flight(client, send) -> asyncio.Future | None:
-    """Send a request (`send()`: a coroutine to run, or the future of a request it sent) and return its future once
-    the engine generates for it; None when it finished before it was seen generating (the tiny pair's random completion can stop
-    after a few tokens, and a busy machine answers the polls late): the scenario did not happen, the caller sets it
-    up again. An error or a cancel of the request is raised as it was answered."""
+    """Send a request (`send()`: a coroutine to run, or the future of a request it sent) and return its future once the
+    engine generates for it; None when it finished before it was seen generating (the tiny pair's random completion
+    can stop after a few tokens, and a busy machine answers the polls late): the scenario did not happen, the caller
+    sets it up again. An error or a cancel of the request is raised as it was answered."""
     before = await stats(client)
     request = send()
     future = (asyncio.wrap_future(request) if isinstance(request, concurrent.futures.Future)

@@ -12,7 +12,6 @@ import asyncio
 
 import pytest
 import pytest_asyncio
-
 from server_harness import Gate, tiny_in_process_server
 
 pytestmark = pytest.mark.asyncio

@@ -11,9 +11,17 @@ import asyncio
 
 import pytest
 import pytest_asyncio
+from lsp_helpers import (
+    change_doc,
+    complete,
+    items_of,
+    open_doc,
+    running_server,
+    stats,
+    wait_for_stats,
+    wait_until_loaded,
+)
 from lsprotocol import types as lsp
-
-from lsp_helpers import change_doc, complete, items_of, open_doc, running_server, stats, wait_for_stats, wait_until_loaded
 from server_harness import ResponseCounter
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -4,8 +4,13 @@ import re
 import pytest
 
 from codecue_lsp.config import Settings, restart_needed
-from codecue_lsp.positions import (completion_covers_line_rest, cursor_at, item_edit, utf8_units, utf16_units,
-                                   utf32_units)
+from codecue_lsp.positions import (
+    completion_covers_line_rest,
+    cursor_at,
+    item_edit,
+    utf8_units,
+    utf32_units,
+)
 from codecue_lsp.telemetry import Telemetry, percentile
 
 

@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from engine.suffix_index import SEPARATOR, SuffixIndex, suffix_array
+from engine.decode.suffix_index import SEPARATOR, SuffixIndex, suffix_array
 
 
 def brute_force(docs: dict, order: list, context, max_ngram, k, min_ngram):

@@ -1,19 +1,22 @@
-"""Prefill in torch, decode in llama.cpp (engine/torch_prefill.py, engine/kv_handoff.py), on tiny random Qwen2 models
-written as F32 GGUF files: the handed-over keys and values must make llama.cpp compute what its own prefill makes
-it compute, and speculation must stay exact against target alone with the handoff in place."""
+"""Prefill in torch, decode in llama.cpp (engine/weights/torch_prefill.py, engine/weights/kv_handoff.py), on tiny random
+Qwen2 models written as F32 GGUF files: the handed-over keys and values must make llama.cpp compute what its own
+prefill makes it compute, and speculation must stay exact against target alone with the handoff in place."""
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pyproject pins it; `make venv`)")
 
-from engine import CancelToken, CompletionRequest, Engine  # noqa: E402
-from engine import calibrate_llamacpp, kv_handoff, torch_prefill  # noqa: E402
-from engine.llamacpp import LlamaCppCache, LlamaCppModel  # noqa: E402
-from engine.models import FimTemplate, LoadedPair, ModelSpec, PairSpec  # noqa: E402
-from engine.testing import write_gguf  # noqa: E402
-from engine.torch_prefill import Qwen2Shape, TorchPrefill  # noqa: E402
 from engine_helpers import STOP_IDS, random_prompt, tiny_model, tiny_tokenizer  # noqa: E402
+
+from engine import CancelToken, CompletionRequest, Engine  # noqa: E402
+from engine.calibration import llamacpp_timing as calibrate_llamacpp  # noqa: E402
+from engine.loading.pair import LoadedPair
+from engine.store.config import FimTemplate, ModelSpec, PairSpec  # noqa: E402
+from engine.testing import write_gguf  # noqa: E402
+from engine.weights import kv_handoff, torch_prefill
+from engine.weights.llamacpp import LlamaCppCache, LlamaCppModel  # noqa: E402
+from engine.weights.torch_prefill import Qwen2Shape, TorchPrefill  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +137,9 @@ def test_a_cancel_keeps_the_chunks_that_finished(target):
 
 @pytest.mark.parametrize("abandoned, kept_chunks", [(False, 3), (True, 2)])
 def test_a_shared_chunk_ends_after_a_cancel_unless_the_next_request_abandons_it(target, abandoned, kept_chunks):
-    """The handoff keeps kvcache.prefill_pieces' rule: a chunk of the shared prefix ends after a cancel (the next
-    chunk does not start), unless `finishing` says the next request does not want it (engine/kvcache.SharedPasses)."""
+    """The handoff keeps prefill_plan.prefill_pieces' rule: a chunk of the shared prefix ends after a cancel (the
+    next chunk does not start), unless `finishing` says the next request does not want it
+    (engine/decode/kvcache.SharedPasses)."""
     model, torch_model = target
     ids = random_prompt(9, length=120)
     helper = model.torch_prefill = prefiller(torch_model, "dense")
@@ -205,7 +209,7 @@ def test_a_cancelled_request_leaves_the_sequence_usable(target):
 
 # --- the choice: measured, never assumed ---------------------------------------------------------------------------
 def llamacpp_row(prefill_tok_s: float, torch_tok_s: float, torch_from: int = 48):
-    from engine.calibrate import Measurement
+    from engine.calibration.measurements import Measurement
 
     return Measurement("target", "llamacpp", "ggml", {w: 40.0 * w for w in (1, 2, 4, 8, 16)}, prefill_tok_s,
                        prefill_torch_tok_s=torch_tok_s, prefill_torch_from=torch_from)
@@ -214,8 +218,8 @@ def llamacpp_row(prefill_tok_s: float, torch_tok_s: float, torch_from: int = 48)
 @pytest.mark.parametrize("torch_tok_s,torch_from,chosen", [(0.0, 0, False), (110.0, 48, False), (200.0, 48, True),
                                                            (200.0, 0, False)])
 def test_torch_prefill_is_chosen_only_where_measured_clearly_faster(torch_tok_s, torch_from, chosen):
-    from engine.calibrate import Calibration, choose
-    from engine.calibrate_report import format_table
+    from engine.calibration.measurements import Calibration, choose
+    from engine.calibration.report import format_table
 
     cal = Calibration(key={"processor": "cpu", "cpu_capability": "AVX2", "threads": 2, "torch": "x"},
                       measurements=[llamacpp_row(100.0, torch_tok_s, torch_from)])
@@ -238,7 +242,7 @@ def test_crossover_from_two_sizes(llama, torch_s, expected):
 
 
 def test_the_measurement_survives_the_cache(tmp_path):
-    from engine import calibrate
+    from engine.calibration import measurements as calibrate
 
     cal = calibrate.Calibration(key={"k": 1}, measurements=[llamacpp_row(100.0, 187.0, 40)])
     calibrate.save(tmp_path, cal)
@@ -263,8 +267,8 @@ def test_calibration_times_the_handoff_on_the_real_file(target, monkeypatch):
 @pytest.mark.parametrize("llama_s,written_by_torch", [(1e9, True), (0.0, False)])
 def test_the_passes_context_is_written_by_the_faster_prefill(target, llama_s, written_by_torch):
     """Where torch's prefill beat llama.cpp's, it also writes the 1,024-token context the passes are timed after (the
-    keys and values it hands over are random; a pass costs the same): 16-17 s of llama.cpp prefill saved on a Zen 4."""
-    from engine.llamacpp import LlamaCppCache
+    keys and values it hands over are random; a pass costs the same): seconds of llama.cpp prefill saved."""
+    from engine.weights.llamacpp import LlamaCppCache
 
     model, torch_model = target
     cache = LlamaCppCache(model)
@@ -277,7 +281,7 @@ def test_the_passes_context_is_written_by_the_faster_prefill(target, llama_s, wr
 
 def test_the_passes_context_continues_from_the_prefills_tokens(target, monkeypatch):
     """The prefill timed last leaves its tokens in the cache, the start of the passes' context: the context is
-    written on from them, not again from position 0 (~4 s of the 1.5B's calibration under the AVX2 emulation)."""
+    written on from them, not again from position 0 (seconds of the 1.5B's calibration otherwise)."""
     decoded = []  # (first position, tokens) of every llama.cpp decode call
     real_decode = LlamaCppModel.decode
     monkeypatch.setattr(LlamaCppModel, "decode", lambda self, seq, start, tokens, *a, **k: decoded.append(
@@ -292,7 +296,7 @@ def test_the_passes_context_continues_from_the_prefills_tokens(target, monkeypat
 
 
 def test_a_torch_prefill_far_slower_here_is_screened_not_timed(target, monkeypatch):
-    """On a CPU without fast int8 dot products (an AVX2-only Zen 3: `torch._int_mm` 30-50x slower than fp32) timing the
+    """On a CPU without fast int8 dot products (an AVX2-only Zen 3: `torch._int_mm` far slower than fp32) timing the
     whole torch prefill would take minutes: the screen's estimate is recorded instead, and never chosen."""
     monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: 1000.0)
     monkeypatch.setattr(calibrate_llamacpp, "time_torch_prefill", lambda *a: pytest.fail("timed a screened-out one"))
@@ -305,7 +309,7 @@ def test_a_torch_prefill_far_slower_here_is_screened_not_timed(target, monkeypat
 @pytest.mark.parametrize("estimate_s,timed", [(0.75, False), (0.6, True)])
 def test_the_handover_is_timed_only_where_the_estimate_promises_a_gain(target, monkeypatch, estimate_s, timed):
     """llama.cpp's own prefill of the 96 tokens takes 1 s here: an estimate of 0.75 s (optimistic, and within 1.4x)
-    is recorded without timing (under the AVX2 emulation that timing took 24 s to find no gain); 0.6 s is timed."""
+    is recorded without timing (under the AVX2 emulation that timing took long to find no gain); 0.6 s is timed."""
     monkeypatch.setattr(calibrate_llamacpp, "best_prefill_s", lambda cache, tokens, **k: len(tokens) / 96)
     monkeypatch.setattr(calibrate_llamacpp, "estimated_prefill_s", lambda config, tokens: estimate_s * tokens / 96)
     calls = []
@@ -337,10 +341,9 @@ def test_the_screen_scales_one_matmul_to_every_linear_weight(target, monkeypatch
 
 
 @pytest.mark.parametrize("setting,calibrated,expected", [("auto", True, True), ("auto", False, False),
-                                                         ("0", True, False), ("on", False, True)])
-def test_the_environment_can_force_it(monkeypatch, setting, calibrated, expected):
-    monkeypatch.setenv("CODECUE_TORCH_PREFILL", setting)
-    assert torch_prefill.wanted(calibrated) is expected
+                                                         ("off", True, False), ("on", False, True)])
+def test_the_setting_can_force_it(setting, calibrated, expected):
+    assert torch_prefill.wanted(calibrated, setting) is expected
 
 
 def test_attach_quantizes_once_then_reads_the_cache(target, tmp_path):

@@ -1,23 +1,24 @@
-"""Every model pass of the process on one thread (engine/torch_thread.py): two threads that start OpenMP work
+"""Every model pass of the process on one thread (engine/weights/torch_thread.py): two threads that start OpenMP work
 leave libgomp throttling its helpers for the life of the process."""
 import threading
 import time
 
 import pytest
 
-from engine import CancelToken, CompletionRequest, torch_thread
-from engine.kvcache import TrackedCache
+from engine import CancelToken, CompletionRequest
+from engine.decode.kvcache import TrackedCache
+from engine.weights import torch_thread
 
 
 def test_loading_prefill_and_completions_run_on_the_one_torch_thread(monkeypatch, tiny_pair_env):
-    import engine.models
+    import engine.loading.pair
     from engine import Engine, load_pair
 
     for key, value in tiny_pair_env.items():
         monkeypatch.setenv(key, value)
     threads = []
-    load_model, forward = engine.models.load_model, TrackedCache.forward
-    monkeypatch.setattr(engine.models, "load_model",
+    load_model, forward = engine.loading.pair.load_model, TrackedCache.forward
+    monkeypatch.setattr(engine.loading.pair, "load_model",
                         lambda *a, **k: threads.append(("load", threading.get_ident())) or load_model(*a, **k))
     monkeypatch.setattr(TrackedCache, "forward",
                         lambda self, *a, **k: threads.append(("pass", threading.get_ident())) or forward(self, *a, **k))

@@ -4,15 +4,22 @@ import asyncio
 from collections import namedtuple
 
 import pytest
+from engine_helpers import tiny_engine
+from server_harness import Gate, tiny_in_process_server
+from test_prompt_growth import (
+    QUIET,
+    ask,
+    measured_server,
+    prompt_tokens,
+    recording,
+    wait_for,
+)
+from test_prompt_sizing import long_document
 
 from codecue_lsp.completer import Completer, ready_tokens
 from codecue_lsp.config import Settings
 from codecue_lsp.warmup import METHOD, RestingCursor, resting_cursor
 from engine import CancelToken, CompletionRequest
-from engine_helpers import tiny_engine
-from server_harness import Gate, tiny_in_process_server
-from test_prompt_growth import QUIET, ask, measured_server, prompt_tokens, recording, wait_for
-from test_prompt_sizing import long_document
 
 Position = namedtuple("Position", "line character")
 Document = namedtuple("Document", "uri")
@@ -246,7 +253,7 @@ async def test_a_rest_waits_for_the_request_in_flight_and_a_keystroke_after_it_m
         await gate.wait_entered()  # the request holds the engine
         rest_at(client, 3, 0)
         await asyncio.sleep(0.05)
-        assert await count(client, "warmup_started") == 0 and server.resting_cursor is not None
+        assert await count(client, "warmup_started") == 0 and server.background.resting_cursor is not None
         gate.opened.set()
         await asyncio.wait_for(answer, 30)
 
@@ -271,7 +278,7 @@ async def test_a_rest_waits_for_the_request_in_flight_and_a_keystroke_after_it_m
         engine.complete = complete
         await ask(client, line, character + 1)
         await asyncio.sleep(0.1)
-        assert await count(client, "warmup_started") == 1 and server.resting_cursor is None
+        assert await count(client, "warmup_started") == 1 and server.background.resting_cursor is None
 
 
 @pytest.mark.asyncio
@@ -292,8 +299,6 @@ async def test_a_malformed_or_misplaced_rest_is_ignored_and_the_server_keeps_ser
 
 @pytest.mark.asyncio
 async def test_a_rest_replaces_a_growth_but_waits_for_the_same_documents_next_line():
-    from codecue_lsp.warmup import start_idle_work
-
     async with measured_server() as client:
         server = client.server
         gate = Gate()
@@ -308,7 +313,7 @@ async def test_a_rest_replaces_a_growth_but_waits_for_the_same_documents_next_li
 
         rest_at(client, 3, 0)  # the user moved: the growth gives way, even in the same document
         await asyncio.sleep(0.05)
-        assert await count(client, "warmup_started") == 2 and server.resting_cursor is None
+        assert await count(client, "warmup_started") == 2 and server.background.resting_cursor is None
         gate.opened.set()
 
         async def idle():
@@ -319,9 +324,9 @@ async def test_a_rest_replaces_a_growth_but_waits_for_the_same_documents_next_li
         writer = server.scheduler.begin_background(URI, 1, ("next_line", doc.text))
         rest_at(client, 5, 0)
         await asyncio.sleep(0.05)
-        assert await count(client, "warmup_started") == 2 and server.resting_cursor.line == 5
+        assert await count(client, "warmup_started") == 2 and server.background.resting_cursor.line == 5
         server.scheduler.finish(writer)
-        start_idle_work(server)  # what the writer's end runs (next_line.start_next_line)
+        server.background.start_idle()  # what the writer's end runs (next_line.start_next_line)
         assert await count(client, "warmup_started") == 3
 
         writer = server.scheduler.begin_background(URI, 1, ("next_line", doc.text + "x"))

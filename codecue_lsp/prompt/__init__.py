@@ -5,10 +5,11 @@
 
 middle_from="line" (the server's default): the typed part of the cursor's line goes after the middle marker, as the
 start of the middle. Typing on a line then changes only the prompt's last tokens and the KV cache keeps the suffix
-(PSM puts it after the prefix, so with the cursor split every keystroke re-runs it: 2-3x slower keystrokes mid-file
-on 2 cores). Unhealed, the model continues a forced middle badly (a trailing space, an open bracket: line exact match
-0.15 vs 0.75 on typed holes), so whoever uses it must heal the last typed token (engine/healing.py, as
-completer.encode_built does): healed, 0.80 vs 0.70 for the cursor split (docs/benchmarks.md). build_prompt's own
+(PSM puts it after the prefix, so with the cursor split every keystroke re-runs it: keystrokes mid-file over twice as
+slow on 2 cores). Unhealed, the model continues a forced middle badly (a trailing space, an open bracket: far fewer
+lines exact on typed holes), so whoever uses it must heal the last typed token (engine/decode/healing.py, as
+completer.encode_built does): healed, more lines exact than the cursor split (docs/performance.md, "Drafting modes
+and switches"). build_prompt's own
 default stays "cursor", the split that needs no healing (remote engines). After Enter the middle keeps starting at
 the line where it started, for up to `middle_lines` lines (layout.middle_start), so the suffix is not re-run either.
 
@@ -24,12 +25,18 @@ from . import budget as budgeting
 from .context import rank_items, select_items
 from .fim import assemble, count_pieces, display_path, file_block, file_header
 from .fim import display as display_pieces
-from .layout import Layout, Layouts, middle_start, still_holds, with_middle
 from .languages import comment_prefix, spec_for, uses_braces
+from .layout import Layout, Layouts, middle_start, still_holds, with_middle
 from .mode import decide_mode, indented_empty_line_mode
 from .sizing import KEPT_GROWTH, PromptBudget, budget_for
 from .syntax import SyntaxCache, SyntaxView, parse_document
-from .text import indentation, line_end_offset, offset_of_position, open_brackets, sanitize
+from .text import (
+    indentation,
+    line_end_offset,
+    offset_of_position,
+    open_brackets,
+    sanitize,
+)
 from .window import FRESH_PARSE_CHARS, Window, syntax_view
 
 __all__ = ["OpenDocument", "PromptBudget", "BuiltPrompt", "SyntaxCache", "Layouts", "build_prompt", "budget_for"]

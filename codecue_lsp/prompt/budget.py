@@ -51,8 +51,8 @@ def anchors(boundaries: Sequence[int], bucket_chars: int, always: Sequence[int] 
 # A prefix start that leaves more of the budget unused than this gives way to a finer one: an anchor to a statement
 # boundary, a boundary to a line start. Statement boundaries are those of the cursor's enclosing blocks, so after a
 # long unit (a function, a class) the only ones that fit can be the cursor's own statement: a cursor at the top of a
-# new function below a long one got a prefix of its header alone (12 of 200 tokens, docs/benchmarks.md), not the
-# lines just above it.
+# new function below a long one got a prefix of its header alone (a small fraction of its budget), not the lines
+# just above it.
 MIN_PREFIX_FILL = 0.75
 
 

@@ -3,13 +3,13 @@
 The KV cache reuses a prompt only up to its first changed token, and the context (imports, signatures) and the
 prefix start come first. Chosen afresh on every keystroke they flicker: an unclosed string or bracket hides the rest
 of the file from the parser while it is typed, the prefix boundaries and the ranked items follow, and each flicker
-costs a whole prefill (about 1,300 tokens: ~27 s on 2 Zen 3 cores, docs/benchmarks.md). So a prompt keeps the last
+costs a whole prefill (about 1,300 tokens: tens of seconds on a slow 2-core CPU). So a prompt keeps the last
 layout of its document while it still holds: the text before the prefix start is unchanged, no edit since touched a
 context item of this file, the other files' items are still in their outlines, and it has not outgrown the budget
 by more than half of it (sizing.KEPT_GROWTH: a layout chosen afresh fits the budget and costs a whole prompt).
 
 The same holds inside the prompt's end. With the typed line after the FIM middle marker (middle_from "line"), a
-newline moved that line in front of the marker, and the suffix after it ran again: ~100 tokens, 2 s on that CPU, at
+newline moved that line in front of the marker, and the suffix after it ran again: ~100 tokens, seconds on that CPU, at
 the pause after Enter where a suggestion for the next line is most wanted. So the middle keeps starting where the
 last prompt's did while nothing before the marker changed, for up to `middle_lines` lines (middle_start).
 """

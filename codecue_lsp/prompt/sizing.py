@@ -1,10 +1,10 @@
 """How many tokens a prompt may have: the user's number, or ("auto") what this machine prefills in a few seconds.
 
-A prompt the engine has not seen costs its whole length in prefill before the first token: at llama.cpp's ~45 tok/s
-on 2 Zen 3 cores the default 1,536 tokens are ~30-35 s, the wait after opening a file or jumping elsewhere, and
-every keystroke of that time goes unanswered. On holes cut from real files (`codecue-bench prompt --files ...
---total-budgets`, docs/benchmarks.md, 60 holes) 1,024 tokens completed as well as 1,536 (line exact match 0.22 /
-0.22, similarity 0.62 / 0.61) and 512 worse (0.17, 0.53). So "auto" spends about COLD_PROMPT_SECONDS, never less
+A prompt the engine has not seen costs its whole length in prefill before the first token: on a slow 2-core CPU
+the default 1,536 tokens take tens of seconds, the wait after opening a file or jumping elsewhere, and every
+keystroke of that time goes unanswered. On holes cut from real files (`codecue-bench prompt --files ...
+--total-budgets`) 1,024 tokens completed as well as 1,536 and 512 worse (docs/performance.md, "Drafting modes and
+switches"). So "auto" spends about COLD_PROMPT_SECONDS, never less
 than SMALLEST_AUTO_TOTAL nor more than the default.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ STEP = 128
 # A kept layout (prompt/layout.py) may grow past the budget by this share of it before it is chosen afresh: the
 # tokens typed since are computed either way, but a layout chosen afresh costs a whole new prompt. The budget bounds
 # what a new prompt costs; this bounds how often typing in one place pays that again (typing 1,500 characters of
-# engine/policy.py re-chose the layout 5 times at 512 tokens without it).
+# engine/decode/policy.py re-chose the layout 5 times at 512 tokens without it).
 KEPT_GROWTH = 0.5
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from .context import outline_items
 from .languages import LanguageSpec, load_language, spec_for
 from .text import common_prefix_length, common_suffix_length, encode, sanitize
 
@@ -220,7 +221,6 @@ class SyntaxView:
         """Imports and definition signatures of the parsed text (document order); cached per tree."""
         if self.cached_outline is not None:
             return self.cached_outline
-        from .context import outline_items
 
         return outline_items(self)
 

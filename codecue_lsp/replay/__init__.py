@@ -6,6 +6,6 @@
             (and, sampled while it runs, server RSS and structure sizes: `--soak` judges them; soak.py);
             `--clients N` runs N simulated developers at once, each its own server process (clients.py)
 
-Trace format (JSON lines; see shared/design.md): `open`, `change`, `close`, `request`, `truth` events with a time `t`
-in seconds and LSP positions in UTF-16 code units. Recorded traces add `meta` and `cancel` events.
+Trace format (JSON lines; trace.py reads and writes it): `open`, `change`, `close`, `request`, `truth` events with a
+time `t` in seconds and LSP positions in UTF-16 code units. Recorded traces add `meta` and `cancel` events.
 """

@@ -70,8 +70,15 @@ def cmd_record(args) -> int:
 
 def cmd_clients(args, events: list[dict], base: list[str]) -> int:
     """Each client count in turn: N servers started from the same command, one simulated developer each."""
-    from .clients import (clients_report, clients_table, parse_client_counts, run_clients, summarize_clients,
-                          write_clients_html, write_clients_json)
+    from .clients import (
+        clients_report,
+        clients_table,
+        parse_client_counts,
+        run_clients,
+        summarize_clients,
+        write_clients_html,
+        write_clients_json,
+    )
     from .runner import ServerConfig
 
     if args.compare or args.soak:

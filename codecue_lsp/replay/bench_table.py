@@ -1,5 +1,5 @@
-"""One JSON and one Markdown table from the runs of scripts/bench-clients.sh (llama-server) and
-scripts/bench-vllm-clients.sh (vLLM): N simulated developers against one engine, for several N.
+"""One JSON and one Markdown table from the runs of scripts/bench-vllm-clients.sh (vLLM; llama-server's /metrics
+read alike): N simulated developers against one engine, for several N.
 
     python -m codecue_lsp.replay.bench_table --work DIR --clients "1 2 4" --out OUT.json --what TEXT
            [--home CODECUE_HOME] [--repo REPO] [--trace-note TEXT]

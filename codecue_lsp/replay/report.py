@@ -8,8 +8,8 @@ Definitions (per inline-completion request):
   `line_exact_match_shown` counts only suggestions shown in time, over all such requests.
 - line exact match where all answered (runs compared): the same, over the requests every run answered. A faster
   server answers requests a slower one lets the next keystroke cancel, often mid-word ones that are harder to get
-  right, so over its own answers it can score lower with the very same completions (`make demo`: speculative
-  63.5 % against target alone's 71.6 %, though their outputs are identical).
+  right, so over its own answers it can score lower with the very same completions (`make demo` has shown
+  speculative below target alone, though their outputs are identical).
 - accepted: a suggestion shown in time (answered, under --as-fast-as-possible) whose first line matches exactly;
   chars saved: the length of the common prefix of suggestion and truth (truth spans up to a few lines).
 - cancel latency: `$/cancelRequest` sent -> the server's response to the cancelled request.

@@ -22,7 +22,13 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from . import client as lsp
-from .trace import CURSOR_METHOD, Document, common_prefix_length, first_line, utf16_to_index
+from .trace import (
+    CURSOR_METHOD,
+    Document,
+    common_prefix_length,
+    first_line,
+    utf16_to_index,
+)
 
 CANCELLED_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
 

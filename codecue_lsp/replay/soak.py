@@ -11,12 +11,16 @@ Input: the runner's samples, each {"request": requests sent so far, "rss_mb", "r
 - Resources: each size's value at warm-up and its max after warm-up are reported. A size "grows" when the second
   half of the samples after warm-up reaches a higher max than the first half, unless it stays within the cap the
   server puts on that structure (CodeCue's latency window and type-through LRU, one piece of background work; a
-  short run may still be filling them). A bounded structure that fills up levels off and passes; a leak keeps setting new highs and fails.
+  short run may still be filling them). A bounded structure that fills up levels off and passes; a leak keeps
+  setting new highs and fails.
   Non-numeric states (engine_busy, engine_phase) are not sizes and are left out.
 """
 from __future__ import annotations
 
 import statistics
+
+from ..telemetry import LATENCY_WINDOW
+from ..typethrough import TypeThroughCache
 
 WARMUP_FRACTION = 0.2
 RSS_TOLERANCE = 0.05
@@ -26,8 +30,6 @@ MIN_SAMPLES_AFTER_WARMUP = 4
 
 def known_caps() -> dict[str, int]:
     """Sizes that CodeCue's own structures fill up to by design: reaching them is not growth."""
-    from ..telemetry import LATENCY_WINDOW
-    from ..typethrough import TypeThroughCache
 
     # background: at most one piece of background work at a time (scheduler.Scheduler), a next line or a growth
     return {"latency_samples": LATENCY_WINDOW, "typethrough_entries": TypeThroughCache().max_entries,

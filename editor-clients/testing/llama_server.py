@@ -35,8 +35,8 @@ def binary() -> Path:
 
 def pair_ggufs() -> tuple[Path, Path]:
     """The default pair's target and draft GGUF files, as models.toml names them."""
-    from engine.fetch import gguf_path
-    from engine.models import load_config
+    from engine.store.fetch import gguf_path
+    from engine.store.config import load_config
 
     pair = load_config().pair("default")
     return gguf_path(pair.target, codecue_home()), gguf_path(pair.draft, codecue_home())
@@ -55,7 +55,7 @@ def missing() -> list[str]:
 
 def command(port: int, threads: int | None = None) -> list[str]:
     """docs/deploy.md's llama-server recipe, one slot: the 1.5B target with the 0.5B as its draft model."""
-    from engine.llamacpp_probe import peer_arguments
+    from engine.weights.llamacpp_probe import peer_arguments
 
     target, draft = pair_ggufs()
     t = str(threads or os.cpu_count() or 2)

@@ -1,6 +1,6 @@
 // Shared by the code-server tests (code-server.ts, code-server-remote.ts) and the screenshot (screenshot.ts): VS Code
 // 1.100 as code-server 4.100.3 with the built codecue.vsix installed, driven by headless Debian chromium through
-// playwright-core (shared/facts.md, "Editors as real test clients"). editor-clients/setup-lib.sh installs both.
+// playwright-core. editor-clients/setup-lib.sh installs both.
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';

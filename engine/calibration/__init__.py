@@ -1,0 +1,1 @@
+"""Measuring what this machine runs fastest, once, and choosing the weight formats from the measurements."""
