@@ -37,7 +37,7 @@ from engine.weights.torch_prefill import (
 
 log = logging.getLogger(__name__)
 
-PIP_REQUIREMENT = "llama-cpp-python==0.3.36"  # verified; vendors llama.cpp 0c1e57098 (shared/facts.md)
+PIP_REQUIREMENT = "llama-cpp-python==0.3.36"  # verified; vendors llama.cpp 0c1e57098, as the peer build
 N_CTX_PER_SEQUENCE = 4096  # prompts are budgeted well below this (codecue_lsp settings)
 N_SEQUENCES = 6  # live caches per model: the engine's 4 sessions, its spare (codecue_lsp/growth.py), a one-off request
 N_BATCH = 512  # tokens per llama_decode call: prefill chunks are cut to this
