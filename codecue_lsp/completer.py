@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 from engine.types import CancelToken, CompletionRequest
 
 from .backend import BackendStats, Completion, CompletionBackend, Health, converted
-
 from .config import Settings, step_delay_for_tests
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
@@ -50,11 +49,6 @@ def shared_prefix_length(engine, ids: list[int], middle_from: str) -> int:
     return len(ids) if engine.special_token_id(engine.fim.middle) in ids else 0
 
 
-def ready_tokens(prepared) -> int:
-    """How many of a prompt's tokens make it ready (grown or warmed): all but the last, which a request runs itself."""
-    return prepared.ready_tokens
-
-
 @dataclass
 class Prepared:
     built: object  # prompt.BuiltPrompt
@@ -69,6 +63,7 @@ class Prepared:
 
     @property
     def ready_tokens(self) -> int:
+        """How many tokens make it ready (grown or warmed): all but the last, which a request runs itself."""
         return len(self.request.prompt_ids) - 1
 
 
@@ -134,14 +129,14 @@ class Completer(CompletionBackend):
         """Prefill a growth prompt into the engine's spare cache for its document: what a request's prefill computes,
         all but the last token (`ready_tokens`). A future of how many of them the spare holds (a cancel keeps the
         chunks done, for the next try)."""
-        ids = list(prepared.request.prompt_ids[:ready_tokens(prepared)])
+        ids = list(prepared.request.prompt_ids[:prepared.ready_tokens])
         return self.engine.prefill_spare(prepared.request.session, ids, token)
 
     def prefill(self, prepared: Prepared, token: CancelToken) -> Future[int]:
         """Prefill a prompt into its document's own session before anyone asks for it (warmup.py): all but the last
         token (`ready_tokens`). A future of how many of them the session holds (a cancel keeps the chunks done)."""
         request = prepared.request
-        ids = list(request.prompt_ids[:ready_tokens(prepared)])
+        ids = list(request.prompt_ids[:prepared.ready_tokens])
         return self.engine.prefill(request.session, ids, token, shared=request.shared_prefix)
 
     def take_growth(self, prepared: Prepared) -> None:
@@ -223,6 +218,8 @@ class Completer(CompletionBackend):
         def each_step(_ids: list[int], text: str) -> None:
             if on_text is not None:
                 on_text(text)
+            if delay <= 0:
+                return
             deadline = time.monotonic() + delay
             while not token.is_set() and time.monotonic() < deadline:
                 time.sleep(min(0.005, delay))

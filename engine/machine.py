@@ -1,4 +1,4 @@
-"""Facts about the machine: the processor's name, and the environment of a measuring child process."""
+"""Facts about the machine: the processor's name, which keys its calibration."""
 from __future__ import annotations
 
 import platform

@@ -70,7 +70,8 @@ class EngineOptions:
                 log.warning("%s is retired and ignored (%s); docs/configuration.md, 'Upgrade notes'", name,
                             RETIRED[name])
         values = {}
-        for name, (variable, parse) in _PARSE.items():
+        for name, variable in VARIABLES.items():
+            parse = _PARSE[name]
             text = env.get(variable)
             if text is None:
                 continue
@@ -167,21 +168,20 @@ def _extra_buffers(text: str) -> bool | None:
     return value in ON
 
 
-_PARSE = {  # field -> (variable, parser); a missing default keeps the dataclass's
-    "home": (VARIABLES["home"], lambda text: _path(text) or default_home()),
-    "models_toml": (VARIABLES["models_toml"], lambda text: _path(text) or REPO_MODELS_TOML),
-    "device": (VARIABLES["device"], _text),
-    "dtype": (VARIABLES["dtype"], _text),
-    "target_weights": (VARIABLES["target_weights"], _text),
-    "draft_weights": (VARIABLES["draft_weights"], _text),
-    "compile": (VARIABLES["compile"], _switch),
-    "torch_prefill": (VARIABLES["torch_prefill"], _choice(("auto", "on", "off"), {**dict.fromkeys(ON, "on"),
-                                                                                  **dict.fromkeys(OFF, "off")})),
-    "prefill_chunk": (VARIABLES["prefill_chunk"], parse_prefill_chunk),
-    "llamacpp_extra_buffers": (VARIABLES["llamacpp_extra_buffers"], _extra_buffers),
-    "kernel_march": (VARIABLES["kernel_march"], lambda text: text.strip() or "native"),
-    "extensions": (VARIABLES["extensions"], _path),
-    "verbose_build": (VARIABLES["verbose_build"], _switch),
+_PARSE = {  # field -> how its variable's text reads
+    "home": lambda text: _path(text) or default_home(),
+    "models_toml": lambda text: _path(text) or REPO_MODELS_TOML,
+    "device": _text,
+    "dtype": _text,
+    "target_weights": _text,
+    "draft_weights": _text,
+    "compile": _switch,
+    "torch_prefill": _choice(("auto", "on", "off"), {**dict.fromkeys(ON, "on"), **dict.fromkeys(OFF, "off")}),
+    "prefill_chunk": parse_prefill_chunk,
+    "llamacpp_extra_buffers": _extra_buffers,
+    "kernel_march": lambda text: text.strip() or "native",
+    "extensions": _path,
+    "verbose_build": _switch,
 }
 assert set(_PARSE) == set(VARIABLES) <= {f.name for f in fields(EngineOptions)}
 

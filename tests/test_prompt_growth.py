@@ -8,7 +8,7 @@ from engine_helpers import tiny_engine
 from server_harness import Gate, tiny_in_process_server
 from test_prompt_sizing import Measured, long_document
 
-from codecue_lsp.completer import Completer, ready_tokens
+from codecue_lsp.completer import Completer
 from codecue_lsp.config import Settings
 from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.sizing import (
@@ -116,7 +116,7 @@ def test_the_grown_prompt_is_taken_over_computed_and_answers_as_a_fresh_engine_w
         # Kept while it grows: a second try after a pause shares what the first one computed.
         again = completer.prepare_growth(doc, line, character, settings)
         assert again.built.kept and list(again.request.prompt_ids) == list(full.request.prompt_ids)
-        assert completer.grow(full, CancelToken()).result() == ready_tokens(full)
+        assert completer.grow(full, CancelToken()).result() == full.ready_tokens
         # Until taken, keystrokes still get the small layout, computed.
         still = completer.prepare(doc, line, character, settings)
         assert still.grows and still.built.kept and result_reuses_all(completer, still)
@@ -126,7 +126,7 @@ def test_the_grown_prompt_is_taken_over_computed_and_answers_as_a_fresh_engine_w
         assert taken.built.kept and not taken.grows
         assert list(taken.request.prompt_ids) == list(full.request.prompt_ids)
         text, result = completer.complete(taken)
-        assert result.stats.reused_prompt_tokens == ready_tokens(full) and result.stats.new_prompt_tokens == 0
+        assert result.stats.reused_prompt_tokens == full.ready_tokens and result.stats.new_prompt_tokens == 0
         fresh = tiny_engine("none")
         try:
             alone = fresh.complete(CompletionRequest(list(taken.request.prompt_ids), 8, heal=taken.request.heal,

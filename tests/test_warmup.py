@@ -16,7 +16,7 @@ from test_prompt_growth import (
 )
 from test_prompt_sizing import long_document
 
-from codecue_lsp.completer import Completer, ready_tokens
+from codecue_lsp.completer import Completer
 from codecue_lsp.config import Settings
 from codecue_lsp.warmup import METHOD, RestingCursor, resting_cursor
 from engine import CancelToken, CompletionRequest
@@ -62,9 +62,9 @@ def test_a_prefilled_session_answers_with_nothing_left_to_compute_and_as_a_fresh
         completer, settings = Completer(engine), Settings(max_tokens=8)
         doc, line, character = long_document()
         prepared = completer.prepare(doc, line, character, settings)
-        assert completer.prefill(prepared, CancelToken()).result() == ready_tokens(prepared)
+        assert completer.prefill(prepared, CancelToken()).result() == prepared.ready_tokens
         text, result = completer.complete(prepared)
-        assert result.stats.new_prompt_tokens == 0 and result.stats.reused_prompt_tokens == ready_tokens(prepared)
+        assert result.stats.new_prompt_tokens == 0 and result.stats.reused_prompt_tokens == prepared.ready_tokens
         fresh = tiny_engine("none")
         try:
             alone = fresh.complete(CompletionRequest(list(prepared.request.prompt_ids), 8, heal=prepared.request.heal,
