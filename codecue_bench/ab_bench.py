@@ -51,9 +51,9 @@ def checkout_environment(checkout: Path) -> dict[str, str]:
     return env
 
 
-def run_engine_bench(checkout: Path, arguments: list[str], label: str) -> dict:
-    """One engine bench in `checkout`; its output goes to stderr line by line, prefixed with `label`."""
-    json_path = Path(arguments[arguments.index("--json") + 1])
+def run_engine_bench(checkout: Path, arguments: list[str], json_path: Path, label: str) -> dict:
+    """One engine bench in `checkout` writing `json_path`; its output goes to stderr line by line, prefixed with
+    `label`."""
     process = subprocess.Popen([sys.executable, "-m", "codecue_bench", *arguments], cwd=checkout,
                                env=checkout_environment(checkout), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
@@ -151,8 +151,9 @@ def main(argv: list[str]) -> int:
         reports: dict[tuple[int, str], dict] = {}
         with tempfile.TemporaryDirectory(prefix="codecue-ab-") as work:
             for number, side in run_order(args.rounds):
-                arguments = engine_arguments(Path(work) / f"{side}-{number}.json", ",".join(modes), args.warm, extra)
-                reports[number, side] = run_engine_bench(folders[side], arguments,
+                json_path = Path(work) / f"{side}-{number}.json"
+                arguments = engine_arguments(json_path, ",".join(modes), args.warm, extra)
+                reports[number, side] = run_engine_bench(folders[side], arguments, json_path,
                                                          f"round {number}/{args.rounds} {side}")
         summary = summarize(reports, modes, args.metric)
     except ABError as exc:
