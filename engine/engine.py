@@ -70,14 +70,15 @@ class Engine:
         # The LSP thread encodes while the worker decodes; a HF fast tokenizer may raise "Already borrowed"
         # when one object is used from two threads at once.
         self._tokenizer_lock = threading.Lock()
-        self._worker = torch_thread.Queue()  # this engine's work on the process's one torch thread (engine/weights/torch_thread.py)
+        # this engine's work on the process's one torch thread (engine/weights/torch_thread.py)
+        self._worker = torch_thread.Queue()
         self.shared_passes = SharedPasses()
         self._healing_masks: HealingMasks | None = None
         # Open documents and earlier completions, for lookup drafts.
         self.workspace = SuffixIndex()
         # What a pass costs here: the calibration's table when there is one, refined by every pass either way;
         # shared by all sessions (a machine property). Acceptance is per session, seeded from the pool of all sessions.
-        calibrated = getattr(pair, "costs", None)  # a pass_costs.PassCosts from engine/calibration/measurements.py, or None
+        calibrated = getattr(pair, "costs", None)  # the calibration's pass_costs.PassCosts, or None
         if calibrated is not None:
             self.costs = PassCosts(verify_ms=dict(calibrated.verify_ms), draft_ms=calibrated.draft_ms,
                                    draft_pass_ms=getattr(calibrated, "draft_pass_ms", None),
@@ -184,7 +185,7 @@ class Engine:
 
     def complete(self, request: CompletionRequest, cancel_token: CancelToken | None = None,
                  on_tokens: Callable[[list[int], str], None] | None = None) -> CompletionResult:
-        if not torch_thread.on_torch_thread():  # a direct call from another thread: its passes still run on the torch thread
+        if not torch_thread.on_torch_thread():  # called from another thread: its passes still run on the torch thread
             return self.submit(request, cancel_token, on_tokens).result()
         with self._lock, self._working(), torch.inference_mode():
             session = self._session(request.session)
