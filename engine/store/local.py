@@ -17,7 +17,6 @@ A pair's target and draft must share one vocabulary: the draft proposes token id
 from __future__ import annotations
 
 import functools
-import json
 import re
 import sys
 import time
@@ -31,6 +30,7 @@ from engine.store.config import (
     PairSpec,
     cache_dir,
     model_dir,
+    read_marker,
 )
 from engine.store.convert import (
     convert_model,
@@ -51,20 +51,13 @@ def missing_hf_files(directory: Path) -> list[str]:
     return [name for name in HF_FILES if not (directory / name).is_file()]
 
 
-def read_marker(spec: ModelSpec, home: Path | None) -> dict | None:
-    try:
-        return json.loads((cache_dir(spec, home) / READY_MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def local_state(spec: ModelSpec, home: Path | None = None) -> str:
     """ready / missing (the user's files are not there) / needs-fetch (a GGUF not converted, or changed since)."""
     if spec.path is not None:
         return "ready" if spec.path.is_dir() and not missing_hf_files(spec.path) else "missing"
     if not spec.gguf_path.is_file():
         return "missing"
-    marker = read_marker(spec, home) or {}
+    marker = read_marker(spec.name, home) or {}
     converted_from_this = all(marker.get(k) == v for k, v in gguf_stamp(spec.gguf_path).items())
     return "ready" if converted_from_this and marker.get("sha256") == spec.sha256 else "needs-fetch"
 
