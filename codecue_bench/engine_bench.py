@@ -197,7 +197,6 @@ _V1_ENGINE = {}
 def v1_engine(args):
     """Dense target and int8 draft in the flag-chosen dtype, hybrid drafter: what `make demo` ran before."""
     if "engine" not in _V1_ENGINE:
-
         pair = load_pair(args.pair, device=args.device, dtype=getattr(args, "v1_dtype", None) or v1_dtype(),
                          target_weights="dense",
                          draft_weights="int8", with_draft=True, compile=False)
@@ -230,8 +229,6 @@ def without_torch_prefill(model):
 
 
 def bench_engine(args) -> dict:
-
-
     # with_draft None: load the draft model only where the calibration says it pays (the default configuration).
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype,
                      with_draft=True if getattr(args, "with_draft", False) else None,

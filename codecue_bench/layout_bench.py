@@ -61,7 +61,6 @@ def run(pair: str, files: list[str], totals: tuple[int, ...], growths: tuple[flo
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = argparse.ArgumentParser(prog="codecue-bench layout", description=__doc__)
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument("--pair", default="default")

@@ -155,7 +155,6 @@ def parse_split(split: str) -> tuple[str, int]:
 
 
 def built_for(split: str, doc, line: int, character: int, engine, budget, other_docs=()):
-
     middle_from, lines = parse_split(split)
     built = build_prompt(doc, line, character, engine.fim, engine.count_tokens, other_docs=other_docs, budget=budget,
                          middle_from=middle_from)

@@ -211,7 +211,6 @@ def run_llama_infill(path: str | Path, pair: str = "default", keystrokes: int = 
 
 
 def main(argv=None) -> int:
-
     parser = argparse.ArgumentParser(prog="codecue-bench server", description=__doc__.split("\n")[0])
     parser.add_argument("file", help="a real source file to type into")
     parser.add_argument("--pair", default="default")

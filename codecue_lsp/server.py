@@ -196,7 +196,6 @@ class CodeCueServer(LanguageServer):
 
 def _new_syntax_cache():
     try:
-
         return SyntaxCache()
     except Exception:  # tree-sitter missing or broken: prompts fall back to line-based rules
         logger.exception("syntax cache unavailable")

@@ -202,7 +202,6 @@ def machine_key(device: str, target_config, draft_config) -> dict:
 
 
 def _kernel_source(formats: dict[str, tuple[str, ...]]) -> str | None:
-
     return vnni.source_digest() if "vnni" in formats["target"] else None
 
 

@@ -115,7 +115,6 @@ def formatted(model, weights: str):
 
 
 def vnni_int8(linear):
-
     return VnniLinear.from_dense_int8(linear.weight, linear.bias, linear.weight.dtype)
 
 

@@ -28,7 +28,6 @@ def resolve_formats(spec: PairSpec, device, home: Path | None, target_weights: s
     draft_weights = canonical_format(draft_weights or spec.draft_weights)
     dtype = dtype or spec.activations
     if {target_weights, draft_weights} & set(VNNI_FORMATS) and device.type == "cpu":
-
         if not vnni.offered():
             raise ModelsError("weight formats vnni and vnni4 need a CPU with AVX-512 VNNI or AVX2 where their kernel "
                               "builds (a C++ compiler; engine/weights/vnni.py): not here. Choose another format with "
@@ -70,7 +69,6 @@ def activations_of(weights: str, dtype: str) -> str:
 
 
 def llamacpp_available() -> bool:
-
     return llamacpp.available()
 
 

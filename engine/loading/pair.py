@@ -192,7 +192,6 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
              if load_draft else None)
     size_prefill_chunks(cal, choice, target, draft if load_draft else None, opts.prefill_chunk)
     if choice.target_weights == "llamacpp":
-
         if torch_prefill.wanted(choice.target_prefill_torch, opts.torch_prefill):
             cached = format_cache_file(cache_dir(spec.target, home), "prefill-w8a8-v2", torch.float32)
             torch_prefill.attach(target, model_dir(spec.target, home), cached,
@@ -203,18 +202,15 @@ def load_pair(name: str = "default", *, device: str | None = None, dtype: str | 
         compile = compile_wanted(spec.compile, opts.compile, dev.type)
     compiled = False
     if compile and choice.target_weights != "llamacpp":
-
         compiled = attach(target, TARGET_WIDTHS, home=home or codecue_home(), progress=progress, label="target")
         if draft is not None and compiled:
             attach(draft, DRAFT_WIDTHS, last_only=True, home=home or codecue_home(), progress=progress, label="draft")
     if draft is not None and not compiled and hasattr(draft, "lm_head"):
-
         rows = draft_vocab.wanted(spec.draft_vocab)  # a compiled step keeps the head it captured
         order = (draft_vocab.frequency_order(tokenizer, home or codecue_home())
                  if rows and spec.draft_vocab_order == "frequency" else None)
         draft_vocab.trim(draft, rows, order)
     if not compiled:
-
         for model in (target, draft):  # built now: its weights move into one arena while loading, not in a request
             if model is not None:
                 lean_step_for(model)

@@ -202,7 +202,6 @@ def first_difference(target: list[str | None], draft: list[str | None]) -> str |
 
 def is_ready(model: ModelSpec | str, home: Path | None = None) -> bool:
     if isinstance(model, ModelSpec) and model.is_local:
-
         return local_state(model, home) == "ready"
     return (model_dir(model, home) / READY_MARKER).is_file()
 
@@ -210,7 +209,6 @@ def is_ready(model: ModelSpec | str, home: Path | None = None) -> bool:
 def not_ready_message(spec: ModelSpec, home: Path | None = None, pair: str = "default") -> str:
     """Why a model cannot load yet, naming the command (or the models.toml fix) that makes it ready."""
     if spec.is_local:
-
         return f"model {spec.name} is not ready: {state_hint(spec, home, pair)}"
     fetch = "codecue-models fetch" if pair == "default" else f"codecue-models fetch --pair {pair}"
     return f"model {spec.name} is not downloaded (looked in {model_dir(spec, home)}). Run `{fetch}` first."

@@ -98,7 +98,6 @@ def apply_weight_format(model: nn.Module, weight_format: str, device, gguf_file:
     if weight_format == "int8":
         return quantize_int8(model)
     if gguf_file is not None:
-
         apply_gguf_weights(model, Path(gguf_file), {"gguf": "int8"}.get(weight_format, weight_format), dtype)
         return model
     if weight_format in VNNI_FORMATS:
@@ -163,7 +162,6 @@ def load_formatted(model: nn.Module, path: Path) -> nn.Module:
         parent = model.get_submodule(parent_name) if parent_name else model
         bias = state.get(f"{name}.bias")
         if info["kind"] == "vnni":
-
             for key in (f"{name}.d", f"{name}.m"):  # the kernel's scale form (engine/weights/vnni.py: scale_bits)
                 state[key] = scale_bits(state[key])
             layer = VnniLinear(state[f"{name}.packed"], state[f"{name}.d"], state[f"{name}.m"], info["bits"],

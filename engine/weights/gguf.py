@@ -81,7 +81,6 @@ def linear_from_gguf(tensor, dense: torch.Tensor | None, bias: torch.Tensor | No
     if tensor.tensor_type == GGMLQuantizationType.Q4_K:
         q, scale, minimum = q4k_to_affine(tensor.data, rows, cols)
         if fallback in ("vnni", "vnni4"):
-
             return VnniLinear.from_int4(torch.from_numpy(q), torch.from_numpy(scale), torch.from_numpy(minimum), 32,
                                         bias, dtype)
         scale_t = torch.from_numpy(scale)
@@ -91,7 +90,6 @@ def linear_from_gguf(tensor, dense: torch.Tensor | None, bias: torch.Tensor | No
     if fallback == "int4" and cols % 32 == 0:
         return Int4Linear(*quantize_groups_int4(weight, 32), 32, bias, dtype)
     if fallback in ("vnni", "vnni4"):
-
         if fallback == "vnni4" and cols % 32 == 0:
             return VnniLinear.from_dense_int4(weight, bias, dtype)
         return VnniLinear.from_dense_int8(weight, bias, dtype)

@@ -86,7 +86,6 @@ def march_tag(march: str) -> str:
 
 
 def build_folder(march: str) -> Path:
-
     # The source's hash in the folder's name: an edited kernel (or another checkout's) never loads a stale build.
     builds = options.current().extensions_dir  # $CODECUE_EXTENSIONS, else $CODECUE_HOME/extensions
     return builds / f"vnni-{torch.__version__}-{source_digest()}{march_tag(march)}".replace("+", "_")
