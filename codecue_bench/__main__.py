@@ -5,9 +5,12 @@
     codecue-bench passes --pair default [--lean-ab]   # per-pass costs: target for 1..K+1 tokens, draft, ratio c
     codecue-bench server FILE ...                # LSP keystroke latency, next to llama-server's /infill
     codecue-bench prompt [--suffix-budgets 0,32,128,512]   # line exact match vs suffix budget
+    codecue-bench context [--projects mcp] [--limit N] [--in-file]   # cross-file holes through the real server
     codecue-bench layout FILE ...                # how often typing makes the prompt start over, per budget
     codecue-bench gpu --out DIR [--tiny]         # GPU per-pass costs and latency with random weights
     codecue-bench bound [--prompts FILE]         # the fastest any drafting policy could be here (a clairvoyant plan)
+    codecue-bench index [--files 5000] [--json F]   # workspace index: cold build, RSS, warm restart, saved file
+    codecue-bench retrieval [--out F]            # cross-file retrieval recall: the index's Jaccard vs bm25s
     codecue-bench ab --before DIR --after DIR [--rounds 3] [--warm] [-- engine args]   # two checkouts interleaved
 
 llama.cpp is built by scripts/build-llama-cpp.sh into $CODECUE_HOME/llama.cpp/build (never in CI).
@@ -27,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["gpu"]:  # a lent GPU has torch and transformers only: import nothing else on the way
         from .gpu import main as gpu_main
         return gpu_main(argv[1:])
+    if argv[:1] == ["index"]:  # the workspace index needs neither torch nor a model
+        from .index_bench import main as index_main
+        return index_main(argv[1:])
+    if argv[:1] == ["retrieval"]:  # lexical retrieval only: no torch, no model
+        from .retrieval_bench import main as retrieval_main
+        return retrieval_main(argv[1:])
     if argv[:1] == ["ab"]:  # runs the engine bench of two checkouts in child processes: needs nothing loaded here
         from .ab_bench import main as ab_main
         return ab_main(argv[1:])
@@ -73,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("server", help="LSP latency per keystroke (codecue_bench.server_bench)", add_help=False)
     sub.add_parser("prompt", help="line exact match against the suffix budget (codecue_bench.prompt_bench)",
                    add_help=False)
+    sub.add_parser("context", help="cross-file completion through the real server (codecue_bench.context_bench)",
+                   add_help=False)
     sub.add_parser("layout", help="prompts started over while typing, per budget (codecue_bench.layout_bench)",
                    add_help=False)
     sub.add_parser("gpu", help="GPU pass costs and latency with random weights (codecue_bench.gpu)", add_help=False)
@@ -90,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prompt":
             from .prompt_bench import main as prompt_main
             return prompt_main(rest)
+        if args.command == "context":
+            from .context_bench import main as context_main
+            return context_main(rest)
         if args.command == "layout":
             from .layout_bench import main as layout_main
             return layout_main(rest)

@@ -100,14 +100,20 @@ class BenchClient:
 
 
 async def _bench(text: str, language: str, server_args: list[str], env: dict, keystrokes: int,
-                 cancel_trials: int) -> dict:
+                 cancel_trials: int, root: Path | None = None, index_while_typing: Path | None = None,
+                 uri: str | None = None) -> dict:
+    """root: the workspace folder (its index is built, and idle, before typing starts); index_while_typing: a
+    folder added as a workspace folder just before typing (indexCache off), so the keystrokes meet the build."""
     from pytest_lsp import ClientServerConfig, client_capabilities
 
     config = ClientServerConfig(server_command=[sys.executable, "-m", "codecue_lsp", "--stdio", *server_args],
                                 server_env=env)
     client = await config.start()
     try:
-        await client.initialize_session(lsp.InitializeParams(capabilities=client_capabilities("visual-studio-code")))
+        folders = [lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)] if root else None
+        await client.initialize_session(lsp.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri() if root else None,
+            workspace_folders=folders, initialization_options={"indexCache": False} if index_while_typing else None))
         bench = BenchClient(client, language)
 
         t0 = time.perf_counter()
@@ -116,9 +122,17 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
                 raise RuntimeError(s["load_error"])
             await asyncio.sleep(0.2)
         load_s = time.perf_counter() - t0
+        while (await bench.stats()).get("context", {}).get("indexing"):
+            await asyncio.sleep(0.2)
+        if index_while_typing is not None:
+            client.workspace_did_change_workspace_folders(lsp.DidChangeWorkspaceFoldersParams(
+                event=lsp.WorkspaceFoldersChangeEvent(removed=[], added=[
+                    lsp.WorkspaceFolder(uri=index_while_typing.as_uri(), name=index_while_typing.name)])))
+            while not (await bench.stats()).get("context", {}).get("indexing"):
+                await asyncio.sleep(0.02)
 
         start, line, typed, doc = typing_plan(text, keystrokes)
-        uri = "file:///codecue-bench/" + f"bench.{ {'python': 'py'}.get(language, 'txt') }"
+        uri = uri or "file:///codecue-bench/" + f"bench.{ {'python': 'py'}.get(language, 'txt') }"
         bench.open(uri, doc)
         rows = []
         for i in range(len(typed) + 1):
@@ -129,6 +143,7 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
             result = await bench.complete(uri, line, i)
             latency = time.perf_counter() - t
             after = await bench.stats()
+            indexing = bool(after.get("context", {}).get("indexing"))
             eb, ea = before["engine"], after["engine"]
             rows.append({
                 "keystroke": i, "latency_ms": ms(latency),
@@ -136,6 +151,7 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
                 "prompt_tokens_new": ea["prompt_tokens_new"] - eb["prompt_tokens_new"],
                 "prompt_tokens_reused": ea["prompt_tokens_reused"] - eb["prompt_tokens_reused"],
                 "chars": len(result.items[0].insert_text) if result and result.items else 0,
+                "indexing": indexing,
             })
 
         cancels = await cancel_trials_run(bench, uri, doc, line, text.split("\n")[line], cancel_trials) \
@@ -165,6 +181,7 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
         # Every keystroke after the first, type-through answers included: what the user feels while typing.
         "keystroke_ms": latency_summary([r["latency_ms"] for r in rows[1:]]),
         "typethrough_hits": sum(r["typethrough"] for r in rows),
+        "keystrokes_while_indexing": sum(r["indexing"] for r in rows[1:]),
         "cancel": cancel_summary(cancels),
         "requests": rows,
         "cancel_trials": cancels,
@@ -173,13 +190,17 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
 
 
 def run_server_bench(path: str | Path, pair: str = "default", keystrokes: int = 16, cancel_trials: int = 30,
-                     language: str = "python", extra_args: tuple[str, ...] = (), env: dict | None = None) -> dict:
+                     language: str = "python", extra_args: tuple[str, ...] = (), env: dict | None = None,
+                     root: str | None = None, index_while_typing: str | None = None) -> dict:
     text = Path(path).read_text(encoding="utf-8")
     args = ["--pair", pair, "--debounce-ms", "0", *extra_args]
     full_env = dict(os.environ, **(env or {}))
     repo = str(Path(__file__).resolve().parents[1])
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, full_env.get("PYTHONPATH", "")) if p)
-    return asyncio.run(_bench(text, language, args, full_env, keystrokes, cancel_trials))
+    root_dir = Path(root).resolve() if root else None
+    uri = Path(path).resolve().as_uri() if root_dir else None  # the typed file is the project's own
+    return asyncio.run(_bench(text, language, args, full_env, keystrokes, cancel_trials, root_dir,
+                              Path(index_while_typing).resolve() if index_while_typing else None, uri))
 
 
 def infill_keystrokes(client, text: str, keystrokes: int, n_predict: int = 64) -> dict:
@@ -224,9 +245,12 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads (-t)")
     parser.add_argument("--max-tokens", type=int, default=64, help="llama-server's n_predict per keystroke")
     parser.add_argument("--json", help="also write the full result here")
+    parser.add_argument("--root", help="workspace folder sent at initialize (indexed before typing starts)")
+    parser.add_argument("--index-while-typing", metavar="DIR",
+                        help="a folder added as a workspace folder just before typing: the keystrokes meet its build")
     args, server_args = parser.parse_known_args(argv)
     result = run_server_bench(args.file, args.pair, args.keystrokes, args.cancel_trials, args.language,
-                              tuple(server_args))
+                              tuple(server_args), root=args.root, index_while_typing=args.index_while_typing)
     # One after the other, never at once: the two would share the same cores.
     if not args.no_llama_cpp and (args.llama_server or server_binary()):
         result["llama_server_infill"] = run_llama_infill(args.file, args.pair, args.keystrokes, args.llama_server,

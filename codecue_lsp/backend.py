@@ -75,6 +75,11 @@ class PreparedPrompt(Protocol):
         ...
 
     @property
+    def reranks(self) -> bool:
+        """It was built with project context: a fresh ranking at the next pause may change it (growth.py)."""
+        ...
+
+    @property
     def ready_tokens(self) -> int:
         """How many of its tokens make it ready (prefilled or grown): all but the last, which a request runs."""
         ...
@@ -92,8 +97,9 @@ class CompletionBackend(Protocol):
 
     # --- prompts --------------------------------------------------------------------------------------------------
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
-                other_docs: Sequence[OpenDocument] = ()) -> PreparedPrompt:
-        """The prompt for this cursor; `character_utf16` counts UTF-16 code units."""
+                other_docs: Sequence[OpenDocument] = (), project=None) -> PreparedPrompt:
+        """The prompt for this cursor; `character_utf16` counts UTF-16 code units. `project`: the workspace's
+        context (context/project.py ProjectContext) or None."""
         ...
 
     def prompt_tokens(self, settings: Settings) -> int:
@@ -124,8 +130,9 @@ class CompletionBackend(Protocol):
         ...
 
     def prepare_growth(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
-                       other_docs: Sequence[OpenDocument] = ()) -> PreparedPrompt | None:
-        """The full-size prompt for a cursor whose layout started small; None when there is nothing to grow."""
+                       other_docs: Sequence[OpenDocument] = (), project=None) -> PreparedPrompt | None:
+        """The full-size prompt for a cursor whose layout started small, or whose project context a fresh ranking
+        would change; None when there is nothing to grow."""
         ...
 
     def grow(self, prepared: PreparedPrompt, token: CancelToken) -> Future[int]:

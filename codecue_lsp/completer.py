@@ -20,6 +20,7 @@ from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
 from .prompt.sizing import (
     cold_total,
+    context_total,
     cold_total_for_prefill_rate,
     prompt_total,
     total_for_prefill_rate,
@@ -62,6 +63,11 @@ class Prepared:
         return layout is not None and 0 < layout.total < self.total
 
     @property
+    def reranks(self) -> bool:
+        """Built with project context: the next pause may rank it afresh (growth.py)."""
+        return self.built.project
+
+    @property
     def ready_tokens(self) -> int:
         """How many tokens make it ready (grown or warmed): all but the last, which a request runs itself."""
         return len(self.request.prompt_ids) - 1
@@ -96,17 +102,18 @@ class Completer(CompletionBackend):
         return cold_total(settings.cold_prompt_tokens, self.prompt_tokens(settings), self.auto_cold_prompt_tokens)
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
-                other_docs: Sequence[OpenDocument] = ()) -> Prepared:
+                other_docs: Sequence[OpenDocument] = (), project=None) -> Prepared:
         """Build the prompt. The server calls this on its codecue-prompt thread, the one thread that owns the syntax
         cache (scheduler.PromptWorker), never on the event loop. A layout chosen afresh is chosen at the cold
         start's size (nothing of it is cached: it all costs prefill first), unless the full-size one fits that anyway
         (a small file); growth.py makes the full one ready."""
         total = self.prompt_tokens(settings)
-        built = self._build(doc, line, character_utf16, settings, other_docs, total, self.layouts.get(doc.uri))
+        built = self._build(doc, line, character_utf16, settings, other_docs, total, self.layouts.get(doc.uri),
+                            project)
         encoded = encode_built(self.engine, built)
         cold = self.cold_prompt_tokens(settings)
         if not built.kept and cold < total and len(encoded[0]) + bool(encoded[1]) > cold:
-            built = self._build(doc, line, character_utf16, settings, other_docs, cold, None)
+            built = self._build(doc, line, character_utf16, settings, other_docs, cold, None, project)
             encoded = encode_built(self.engine, built)
         if not built.kept:
             logger.debug("%s: a layout chosen afresh at line %d, %d of %d tokens", doc.uri, line,
@@ -115,13 +122,25 @@ class Completer(CompletionBackend):
         return self._prepared(built, settings, doc.uri, total, encoded)
 
     def prepare_growth(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
-                       other_docs: Sequence[OpenDocument] = ()) -> Prepared | None:
+                       other_docs: Sequence[OpenDocument] = (), project=None) -> Prepared | None:
         """The full-size prompt for this cursor, in the layout being grown for the document (kept while it holds,
-        like any layout); None when the document's layout is full-size already. On the prompt thread."""
+        like any layout); or, for a full-size layout with project context, the prompt a fresh ranking gives when its
+        context differs from the kept one's (the cursor moved to another scope, the project changed): the context
+        changes only here, while the user pauses, never on a keystroke. None when there is nothing to grow. On the
+        prompt thread."""
         total, current = self.prompt_tokens(settings), self.layouts.get(doc.uri)
-        if current is None or current.total >= total:
+        if current is None:
             return None
-        built = self._build(doc, line, character_utf16, settings, other_docs, total, self.growing.get(doc.uri))
+        if current.total >= total:
+            if project is None:
+                return None
+            fresh = self._build(doc, line, character_utf16, settings, other_docs, total, None, project)
+            if fresh.layout is None or fresh.layout.items == current.items:
+                return None
+            built = fresh
+        else:
+            built = self._build(doc, line, character_utf16, settings, other_docs, total, self.growing.get(doc.uri),
+                                project)
         self.growing.remember(built.layout)
         return self._prepared(built, settings, doc.uri, total, encode_built(self.engine, built))
 
@@ -148,10 +167,11 @@ class Completer(CompletionBackend):
         self.growing.forget(uri)
         self.engine.take_spare(uri)
 
-    def _build(self, doc, line, character_utf16, settings, other_docs, total, previous):
+    def _build(self, doc, line, character_utf16, settings, other_docs, total, previous, project=None):
         return build_prompt(doc, line, character_utf16, self.engine.fim, self.engine.count_tokens,
-                            other_docs=other_docs, budget=budget_for(total), syntax=self.syntax,
-                            middle_from=settings.middle_from, previous=previous, middle_lines=settings.middle_lines)
+                            other_docs=other_docs, budget=budget_for(total, context=context_total(settings, total)),
+                            syntax=self.syntax, middle_from=settings.middle_from, previous=previous,
+                            middle_lines=settings.middle_lines, project=project)
 
     def _prepared(self, built, settings: Settings, session: str, total: int, encoded) -> Prepared:
         ids, heal = encoded  # encode_built(self.engine, built)

@@ -10,9 +10,11 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from engine.options import EngineOptions, parse_prefill_chunk
+from engine.paths import codecue_home
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,19 @@ class Settings:
     api_key_env: str = "CODECUE_API_KEY"  # the env var that holds the API key (the key itself is never a setting)
     remote_connect_timeout_s: float = 3.0
     remote_read_timeout_s: float = 10.0  # longest wait for the next streamed chunk
+    # Project context (codecue_lsp/context/): other files of the workspace in the prompt, from an index of the
+    # workspace folders. Off: the current file and the open documents' outlines only.
+    context: bool = True
+    # Tokens of the prompt (out of promptTokens) for context: other files' definitions and similar code, the open
+    # documents' outlines, this file's own imports and signatures. "auto": a third of the prompt.
+    context_tokens: int | str = "auto"
+    # Extra gitignore-style patterns (relative to a workspace folder) never indexed nor sent, beside .gitignore,
+    # .codecueignore and the secret-looking files that are never read.
+    exclude_globs: tuple[str, ...] = ()
+    # Most files indexed per server; past it, files near the open ones and recently modified win.
+    max_indexed_files: int = 5000
+    # Keep the index on disk under $CODECUE_HOME/context (it holds code snippets) so a restart does not re-parse.
+    index_cache: bool = True
 
     def language_enabled(self, language_id: str | None) -> bool:
         langs = self.enabled_languages
@@ -173,6 +188,22 @@ def _cold_prompt_tokens(value: Any) -> int | str:
     return _int_in(128, 32768)(value)
 
 
+def _context_tokens(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, str) and not value.strip().isdigit():
+        raise ValueError("expected auto or a number of tokens, 0..16384")
+    return _int_in(0, 16384)(value)
+
+
+def _globs(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError("expected a list of glob patterns")
+    return tuple(v.strip() for v in value if v.strip())
+
+
 def _engine(value: Any) -> str:
     value = _text(value)
     if value != "local" and not value.startswith(("http://", "https://")):
@@ -210,6 +241,11 @@ _PARSERS = {
     "api_key_env": _text,
     "remote_connect_timeout_s": _seconds,
     "remote_read_timeout_s": _seconds,
+    "context": _flag,
+    "context_tokens": _context_tokens,
+    "exclude_globs": _globs,
+    "max_indexed_files": _int_in(0, 200_000),
+    "index_cache": _flag,
 }
 assert set(_PARSERS) == {f.name for f in dataclasses.fields(Settings)}
 
@@ -247,6 +283,11 @@ def engine_options(torch_prefill: str | None = None, prefill_chunk: str | None =
     if prefill_chunk:
         changes["prefill_chunk"] = parse_prefill_chunk(prefill_chunk)
     return dataclasses.replace(options, **changes)
+
+
+def context_cache_dir() -> Path:
+    """Where the workspace index is cached ($CODECUE_HOME/context; the `indexCache` setting turns it off)."""
+    return codecue_home() / "context"
 
 
 def api_key(variable: str) -> str | None:

@@ -39,8 +39,9 @@ class GrowthPlan:
 
 
 def plan_growth(snap, line: int, character_utf16: int, prepared) -> GrowthPlan | None:
-    """A plan when the answer just given came from a cold start's smaller layout."""
-    if not prepared.grows:
+    """A plan when the answer just given came from a cold start's smaller layout, or from a prompt with project
+    context (a fresh ranking may change it: prepare_growth decides)."""
+    if not (prepared.grows or prepared.reranks):
         return None
     return GrowthPlan(snap.uri, snap.version, snap.language_id, snap.text, line, character_utf16)
 
@@ -64,11 +65,13 @@ async def _grow(ls, plan: GrowthPlan, ticket) -> None:
     ls.telemetry.count("growth_started")
     doc = OpenDocument(uri=plan.uri, language_id=plan.language_id, text=plan.text)
     settings, others, completer = ls.settings, ls.other_documents(plan.uri), ls.completer
+    project = ls.project.project_for(plan.uri, settings)
 
     def build():
         if not ticket.live:
             return None
-        return completer.prepare_growth(doc, plan.line, plan.character_utf16, settings, other_docs=others)
+        return completer.prepare_growth(doc, plan.line, plan.character_utf16, settings, other_docs=others,
+                                        project=project)
     prepared = await ls.prompt_worker.call(build)
     if prepared is None:
         if ticket.live:

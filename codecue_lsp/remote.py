@@ -26,6 +26,7 @@ from .backend import BackendStats, Completion, CompletionBackend, Health, resolv
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
+from .prompt.sizing import context_total
 from .prompt.sizing import DEFAULT_TOTAL, prompt_total
 from .remote_endpoint import RemoteBackend, RemotePrepared
 
@@ -95,12 +96,13 @@ class RemoteCompleter(CompletionBackend):
         self.layouts = Layouts()  # llama-server's cache_prompt reuses the prompt's start too
 
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
-                other_docs: Sequence[OpenDocument] = ()) -> RemotePrepared:
+                other_docs: Sequence[OpenDocument] = (), project=None) -> RemotePrepared:
         # Always the plain PSM split: a serving engine cannot heal the last token (engine/decode/healing.py), and
         # unhealed the line split completes badly (docs/performance.md#decisions-and-what-retired-them).
+        total = self.prompt_tokens(settings)
         built = build_prompt(doc, line, character_utf16, self.fim, self.count_tokens, other_docs=other_docs,
-                             budget=budget_for(self.prompt_tokens(settings)), syntax=self.syntax,
-                             previous=self.layouts.get(doc.uri))
+                             budget=budget_for(total, context=context_total(settings, total)), syntax=self.syntax,
+                             previous=self.layouts.get(doc.uri), project=project)
         self.layouts.remember(built.layout)
         prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
         return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
@@ -129,7 +131,7 @@ class RemoteCompleter(CompletionBackend):
         return resolved(0)
 
     def prepare_growth(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
-                       other_docs: Sequence[OpenDocument] = ()) -> None:
+                       other_docs: Sequence[OpenDocument] = (), project=None) -> None:
         return None
 
     def grow(self, prepared: RemotePrepared, token: CancelToken) -> Future[int]:

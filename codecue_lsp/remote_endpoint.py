@@ -76,6 +76,7 @@ class RemotePrepared:
     stop: Callable[[str], bool] | None
 
     grows = False  # the budget is the full one at once: nothing to grow
+    reranks = False  # nothing is made ready ahead of a request, so a re-ranked context waits for the next prompt
     ready_tokens = 0  # nothing is made ready ahead of a request
 
 

@@ -21,11 +21,12 @@ from urllib.parse import unquote
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
-from . import inline, warmup
+from . import inline, project_wiring, warmup
 from .backend import CompletionBackend
 from .background import BackgroundWork
 from .config import (
     CONFIG_SECTION,
+    context_cache_dir,
     MAX_DOCUMENT_CHARS,
     Settings,
     configure_logging,
@@ -33,6 +34,7 @@ from .config import (
     quiet_pygls,
     restart_needed,
 )
+from .context.service import ProjectService
 from .documents import use_lsp_lines
 from .loading import load_models
 from .positions import UNIT_COUNTERS, utf16_units
@@ -85,6 +87,9 @@ class CodeCueServer(LanguageServer):
         self.prompt_worker = PromptWorker()  # owns self.syntax: parses and prompt building, off the loop
         self._load_task: asyncio.Task | None = None
         self.workspace_sync = WorkspaceSync(self._indexable_text)
+        self.project = ProjectService(context_cache_dir())  # the workspace index (context/service.py)
+        self.workspace_roots: list[str] = []  # folders from initialize's workspaceFolders / rootUri
+        self.last_prompt: dict | None = None  # what the last prompt held, for codecue.stats
 
     @property
     def ready(self) -> bool:
@@ -166,11 +171,14 @@ class CodeCueServer(LanguageServer):
         """The backend's prepared prompt, built on the prompt worker; None when the ticket was superseded
         before its turn came. Everything the thread reads is taken here: immutable texts, the settings object."""
         settings, others, completer = self.settings, self.other_documents(doc.uri), self.completer
+        project = self.project.project_for(doc.uri, settings)
 
         def build():
             if not ticket.live:
                 return None
-            return completer.prepare(doc, line, character_utf16, settings, other_docs=others)
+            prepared = completer.prepare(doc, line, character_utf16, settings, other_docs=others, project=project)
+            self.last_prompt = prompt_summary(prepared.built)
+            return prepared
         return await self.prompt_worker.call(build)
 
     def sync_workspace(self, uri: str, closed: bool = False) -> None:
@@ -194,6 +202,12 @@ class CodeCueServer(LanguageServer):
         return UNIT_COUNTERS.get(getattr(encoding, "value", encoding) or "utf-16", utf16_units)
 
 
+def prompt_summary(built) -> dict:
+    """The last prompt's make-up for codecue.stats: tokens per section and the other files it showed."""
+    return {"sections": dict(built.sections), "context_files": list(built.context_files), "kept": built.kept,
+            "project": built.project}
+
+
 def _new_syntax_cache():
     try:
         return SyntaxCache()
@@ -210,22 +224,28 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
         use_lsp_lines(ls.workspace)  # pygls' own line split is not LSP's (documents.py)
         ls.initialization_options = params.initialization_options
         ls.apply_settings(params.initialization_options)
+        ls.workspace_roots = project_wiring.workspace_roots(params)
 
     @server.feature(lsp.INITIALIZED)
     async def on_initialized(ls: CodeCueServer, params: lsp.InitializedParams) -> None:
         workspace_settings = await ls.pull_configuration()
         ls.apply_settings(ls.initialization_options, workspace_settings)
         ls._load_task = asyncio.ensure_future(load_models(ls))
+        await project_wiring.start_index(ls)
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def on_configuration(ls: CodeCueServer, params: lsp.DidChangeConfigurationParams) -> None:
         pulled = await ls.pull_configuration()
+        before = ls.settings
         ls.apply_settings(ls.initialization_options, pulled if pulled is not None else params.settings)
+        if project_wiring.index_settings_changed(before, ls.settings):
+            await project_wiring.start_index(ls)  # what is indexed changed: index again (the cache keeps it cheap)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def on_open(ls: CodeCueServer, params: lsp.DidOpenTextDocumentParams) -> None:
         ls.update_syntax(params.text_document.uri)
         ls.sync_workspace(params.text_document.uri)
+        ls.project.viewed(params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def on_change(ls: CodeCueServer, params: lsp.DidChangeTextDocumentParams) -> None:
@@ -233,6 +253,21 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
             ls.telemetry.count("superseded")
         ls.update_syntax(params.text_document.uri)
         ls.sync_workspace(params.text_document.uri)
+        ls.project.viewed(params.text_document.uri)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
+    def on_save(ls: CodeCueServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        snap = ls.snapshot(params.text_document.uri)
+        ls.project.saved(params.text_document.uri, snap.text if snap is not None else None)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def on_watched_files(ls: CodeCueServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+        ls.project.files_changed(project_wiring.watched_changes(params))
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    async def on_workspace_folders(ls: CodeCueServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
+        ls.workspace_roots = project_wiring.changed_roots(ls.workspace_roots, params.event)
+        await project_wiring.start_index(ls)  # the cache makes the folders indexed before cheap to take again
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(ls: CodeCueServer, params: lsp.DidCloseTextDocumentParams) -> None:
@@ -265,6 +300,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     @server.feature(lsp.SHUTDOWN)
     def on_shutdown(ls: CodeCueServer, params) -> None:
         ls.background.stop()
+        ls.project.shutdown()
         ls.scheduler.cancel_all()
         ls.workspace_sync.shutdown()
         ls.prompt_worker.shutdown()

@@ -20,6 +20,8 @@ def server_stats(ls) -> dict:
     out["prompt_tokens"] = budget  # the prompt budget in use
     out["cold_prompt_tokens"] = cold  # a cold start's smaller one (growth.py); None where prompts never start small
     out["backend"] = described
+    out["context"] = ls.project.stats()  # the workspace index: files, definitions, memory, last update
+    out["last_prompt"] = ls.last_prompt
     return out
 
 

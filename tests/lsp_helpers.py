@@ -25,17 +25,24 @@ def server_env(extra: dict[str, str]) -> dict[str, str]:
 
 @asynccontextmanager
 async def running_server(env: dict[str, str], *args: str, init_options: dict | None = None,
-                         capabilities: str = "visual-studio-code"):
-    """An initialized client talking to `python -m codecue_lsp --stdio ARGS`; shut down cleanly afterwards."""
+                         capabilities: str = "visual-studio-code", root: Path | None = None):
+    """An initialized client talking to `python -m codecue_lsp --stdio ARGS`; shut down cleanly afterwards.
+    root: the workspace folder (rootUri and workspaceFolders); None sends neither, so no index is built."""
     config = ClientServerConfig(server_command=[sys.executable, "-m", "codecue_lsp", "--stdio", *args],
                                 server_env=server_env(env))
     client = await config.start()
     try:
-        await client.initialize_session(lsp.InitializeParams(
+        client.initialize_result = await client.initialize_session(lsp.InitializeParams(
             capabilities=client_capabilities(capabilities), initialization_options=init_options,
-            root_uri=REPO.as_uri()))
+            root_uri=root.as_uri() if root else None,
+            workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)] if root else None))
         yield client
         await client.shutdown_session()
+    except BaseException:
+        # A failed test never sent shutdown/exit, and the client's stop() waits for the server to exit: end it.
+        if client._server is not None and client._server.returncode is None:
+            client._server.kill()
+        raise
     finally:
         await client.stop()
 

@@ -37,3 +37,21 @@ def test_cancels_in_prefill_and_in_decode_stop_the_engine(tiny_pair_env):
         assert all(r["answered"] == "cancelled" for r in caught)
     resources = result["server_stats"]["resources"]
     assert (resources["engine_busy"], resources["engine_phase"]) == (False, "idle")
+
+
+def test_keystrokes_while_a_workspace_is_indexed(tiny_pair_env, tmp_path):
+    # The typed file is the project's own; a second folder added just before typing is indexed meanwhile.
+    project, big = tmp_path / "project", tmp_path / "big"
+    project.mkdir()
+    typed = project / "typed.py"
+    typed.write_text(FILE.read_text())
+    for i in range(400):
+        (big / f"pkg{i % 20}").mkdir(parents=True, exist_ok=True)
+        (big / f"pkg{i % 20}" / f"mod{i}.py").write_text(
+            "".join(f"def helper_{i}_{j}(value):\n    return value + {j}\n\n\n" for j in range(30)))
+    env = dict(tiny_pair_env, OMP_NUM_THREADS="1")
+    result = run_server_bench(typed, pair="tiny", keystrokes=3, cancel_trials=0, env=env, root=str(project),
+                              index_while_typing=str(big))
+    assert len(result["requests"]) == 4 and all("indexing" in r for r in result["requests"])
+    assert result["server_stats"]["context"]["roots"] == [str(project), str(big)]
+    assert result["server_stats"]["context"]["files"] == 401

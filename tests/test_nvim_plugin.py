@@ -46,10 +46,15 @@ def test_plugin_attaches_loads_the_model_and_reports_status(editor, tmp_path):
     progress = editor.lua("return vim.tbl_values(require('codecue').progress)")
     assert progress and progress[0]["kind"] == "end"  # the model load was reported with $/progress
     assert editor.lua("return require('codecue').statusline()").startswith("CodeCue: ready")
+    # The server's counters run past one screen: without 'nomore' the "-- More --" prompt would wait for a key.
+    editor.nvim.command("set nomore")
     editor.nvim.command("CodeCueStatus")
     status = editor.nvim.api.exec2("messages", {"output": True})["output"]
     assert "CodeCue: ready" in status and "frontend: extmarks" in status
     assert any("server counters" in line and "ready = true" in line for line in status.splitlines())
+    # The project index in a line of its own (the file's folder is the root: a new file in tmp_path).
+    assert any(line.startswith("project index: ") for line in status.splitlines())
+    assert "last_prompt" not in status
 
 
 def test_checkhealth(editor, tmp_path):

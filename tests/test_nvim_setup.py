@@ -224,7 +224,7 @@ def test_help_codecue_after_helptags(tmp_path):
         nvim.exec_lua("vim.opt.runtimepath:prepend(...)", str(plugin))
         nvim.command(f"helptags {plugin / 'doc'}")
         for topic in ["codecue", "codecue-setup", ":CodeCueTrigger", ":CodeCueRestart", ":CodeCueToggle",
-                      "codecue-api", "CodeCueSuggestion", "codecue-lazy"]:
+                      "codecue-api", "CodeCueSuggestion", "codecue-lazy", "codecue-context"]:
             nvim.command(f"help {topic}")
             assert nvim.current.buffer.name.endswith("codecue.txt"), topic
             nvim.command("helpclose")

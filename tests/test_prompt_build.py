@@ -30,7 +30,8 @@ FIB = "def fibonacci(n):\n    if n <= 1:\n        return n\n    █\n\nprint(fib
 def test_layout_is_context_then_prefix_then_suffix():
     other = OpenDocument("file:///w/pkg/util.py", "python", "def fib_cache(n):\n    return n\n")
     prompt = build("import util\n\n" + FIB, other_docs=[other])
-    assert prompt.display.startswith("<|fim_prefix|><|file_sep|>util.py\ndef fib_cache(n): ...\n<|file_sep|>main.py\n")
+    # The model's repository format: other files, then the current file's header, then the FIM part.
+    assert prompt.display.startswith("<|file_sep|>util.py\ndef fib_cache(n): ...\n<|file_sep|>main.py\n<|fim_prefix|>")
     assert prompt.display.endswith(f"{prompt.prefix}<|fim_suffix|>{prompt.suffix}<|fim_middle|>")
     assert prompt.prefix.startswith("import util") and prompt.suffix == "\n\nprint(fibonacci(10))\n"
     assert prompt.mode == "block" and prompt.sections["prefix"] == count(prompt.prefix)
@@ -114,7 +115,8 @@ def test_context_brings_imports_and_signatures_from_outside_the_prefix():
 def test_odd_input_never_raises(text, line, character, language):
     prompt = build_prompt(OpenDocument("untitled:1", language, text), line, character, FIM, count,
                           syntax=SyntaxCache())
-    assert prompt.display.startswith(FIM.prefix) and prompt.display.endswith(FIM.middle + prompt.middle)
+    assert prompt.display.startswith(FIM.file_sep + "1\n" + FIM.prefix)
+    assert prompt.display.endswith(FIM.middle + prompt.middle)
     assert prompt.display.encode("utf-8")
 
 

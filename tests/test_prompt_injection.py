@@ -52,7 +52,7 @@ def models_toml_with_cursor() -> str:
     return text.replace(anchor, anchor + "█", 1)
 
 
-ONE_FILE = ["<|fim_prefix|>", "<|file_sep|>", "<|fim_suffix|>", "<|fim_middle|>"]
+ONE_FILE = ["<|file_sep|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
 
 # (case, marked document, language, uri, other documents, user text the prompt must hold,
 #  the special tokens the prompt must hold, in order)
@@ -61,7 +61,7 @@ CASES = [
      'TEMPLATE = "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"', ONE_FILE),
     ("markers in another file's signature (context)", CALLER, "python", "file:///w/main.py",
      [OpenDocument("file:///w/util.py", "python", UTIL)], 'def wrap(text, start="<|fim_prefix|>", end="<|endoftext|>")',
-     ["<|fim_prefix|>", "<|file_sep|>", "<|file_sep|>", "<|fim_suffix|>", "<|fim_middle|>"]),
+     ["<|file_sep|>", "<|file_sep|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]),
     ("this repository's models.toml", models_toml_with_cursor(), "toml", "file:///w/models.toml", [],
      'prefix = "<|fim_prefix|>"', ONE_FILE),
     ("plain text, no grammar", PLAIN, "plaintext", "file:///w/notes.txt", [], EVERY_MARKER, ONE_FILE),

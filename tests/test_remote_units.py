@@ -238,7 +238,7 @@ def test_request_body_holds_token_ids_with_one_id_per_template_marker():
     assert isinstance(prompt, list) and all(isinstance(i, int) for i in prompt)
     assert prompt == engine.encode_prompt(prepared.built.pieces)
     # Exactly the template's markers are control tokens; the document names all of them several times over.
-    assert specials_in(prompt, engine.tokenizer) == ["<|fim_prefix|>", "<|file_sep|>", "<|fim_suffix|>",
+    assert specials_in(prompt, engine.tokenizer) == ["<|file_sep|>", "<|fim_prefix|>", "<|fim_suffix|>",
                                                      "<|fim_middle|>"]
     assert FIB_WITH_MARKERS.count("<|fim_prefix|>") >= 3
     assert engine.tokenizer.decode(prompt, skip_special_tokens=False) == prepared.built.display
@@ -275,7 +275,7 @@ def test_without_a_tokenizer_the_prompt_is_text_and_a_warning_says_so_once(tmp_p
         text, line, character = split_cursor(FIB_WITH_MARKERS)
         doc = OpenDocument("file:///w/fib.py", "python", text)
         prompts = [completer.prepare(doc, line, character, Settings()).prompt for _ in range(3)]
-        assert all(isinstance(p, str) and p.startswith("<|fim_prefix|>") for p in prompts)
+        assert all(isinstance(p, str) and p.startswith("<|file_sep|>fib.py\n<|fim_prefix|>") for p in prompts)
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1 and "cannot be protected" in warnings[0]
         assert completer.count_tokens("x" * 35) == 11  # 3.5 characters per token, counted high

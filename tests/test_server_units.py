@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from codecue_lsp.prompt.sizing import budget_for, context_total
 from codecue_lsp.config import Settings, restart_needed
 from codecue_lsp.positions import (
     completion_covers_line_rest,
@@ -99,6 +100,33 @@ def test_settings_merge_camel_and_snake_case_and_ignore_bad_values():
     assert Settings().merged({"middleFrom": "word"}).middle_from == "line"
     assert (Settings().middle_lines, Settings().merged({"middleLines": 1}).middle_lines) == (8, 1)
     assert Settings().merged({"middleLines": 0}).middle_lines == 8  # at least the cursor's line
+
+
+@pytest.mark.parametrize("given, field, expected", [
+    ({}, "context", True),
+    ({"context": False}, "context", False),
+    ({"context": "off"}, "context", False),
+    ({}, "context_tokens", "auto"),
+    ({"contextTokens": 300}, "context_tokens", 300),
+    ({"contextTokens": "auto"}, "context_tokens", "auto"),
+    ({"contextTokens": -1}, "context_tokens", "auto"),  # out of range: ignored
+    ({"contextTokens": "lots"}, "context_tokens", "auto"),
+    ({"excludeGlobs": ["gen/**", " ", "*.sql"]}, "exclude_globs", ("gen/**", "*.sql")),
+    ({"excludeGlobs": "gen/**,docs/"}, "exclude_globs", ("gen/**", "docs/")),
+    ({"excludeGlobs": [1, 2]}, "exclude_globs", ()),
+    ({"maxIndexedFiles": 200}, "max_indexed_files", 200),
+    ({"maxIndexedFiles": 10**7}, "max_indexed_files", 5000),
+    ({"indexCache": False}, "index_cache", False),
+])
+def test_project_context_settings(given, field, expected):
+    assert getattr(Settings().merged(given), field) == expected
+
+
+def test_context_tokens_come_out_of_the_prompt_budget():
+    assert context_total(Settings(), 1536) == 512
+    assert context_total(Settings(context_tokens=300), 1536) == 300
+    assert budget_for(1536, context=300).context == 300
+    assert budget_for(1024, context=5000).context == 512  # never more than half the prompt
 
 
 

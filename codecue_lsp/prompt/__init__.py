@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import budget as budgeting
-from .context import rank_items, select_items
+from .context import merge_project, rank_items, select_items
 from .fim import assemble, count_pieces, display_path, file_block, file_header
 from .fim import display as display_pieces
 from .languages import comment_prefix, spec_for, uses_braces
@@ -77,6 +77,8 @@ class BuiltPrompt:
     context_items: list = field(default_factory=list)  # (path, item text) that went into the context
     layout: Layout | None = None  # what the next keystroke's prompt may keep (layout.py)
     kept: bool = False            # the `previous` layout was kept (else chosen afresh: a prompt nothing is cached for)
+    project: bool = False         # built with project context (the workspace index)
+    context_files: list = field(default_factory=list)  # paths of the other files whose items went in
 
     @property
     def display(self) -> str:
@@ -88,12 +90,14 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                  other_docs: Sequence[OpenDocument] = (), budget: PromptBudget = PromptBudget(),
                  syntax: SyntaxCache | None = None, middle_from: str = "cursor",
                  previous: Layout | None = None, middle_lines: int = MIDDLE_LINES,
-                 kept_growth: float = KEPT_GROWTH) -> BuiltPrompt:
+                 kept_growth: float = KEPT_GROWTH, project=None) -> BuiltPrompt:
     """Build the prompt for the cursor at LSP (line, UTF-16 character); never raises on odd text or positions.
     middle_from: "cursor" (plain PSM split) or "line" (the middle starts at the cursor line's start; heal it).
     previous: the last prompt's layout for this document (BuiltPrompt.layout), kept while it holds (layout.py).
     middle_lines: in the line split, the most lines the middle may keep spanning (1: only the cursor's line).
-    kept_growth: how far past the budget a kept layout may grow, as a share of it (sizing.KEPT_GROWTH)."""
+    kept_growth: how far past the budget a kept layout may grow, as a share of it (sizing.KEPT_GROWTH).
+    project: a context.project.ProjectContext (the workspace index) or None: other files' definitions and similar
+    code join the ranked context, paths are the workspace's, and documents it does not allow are left out."""
     if middle_from not in ("line", "cursor"):
         raise ValueError(f"middle_from must be 'line' or 'cursor', not {middle_from!r}")
     text = sanitize(doc.text or "")
@@ -123,7 +127,10 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
     lookback = window.row_start(max(cursor_row - BRACKET_LOOKBACK_ROWS, window.first_row)) or 0
 
     # Suffix: the rest of the enclosing block, then what follows it, ending at a statement end.
-    current_header = file_header(fim, display_path(doc.uri, doc.uri), comment)
+    def path_of(uri: str) -> str:
+        return (project.path_of(uri) if project is not None else None) or display_path(uri, doc.uri)
+
+    current_header = file_header(fim, path_of(doc.uri), comment)
     overhead = count_pieces(assemble(fim, current_header, "", ""), count_tokens)
     suffix_budget = max(min(budget.suffix, budget.total - overhead), 0)
     line_ends = [window.row_end(row) for row in range(cursor_row, window.first_row + len(window.line_offsets))]
@@ -148,12 +155,16 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                                              boundaries, lines)
 
     base_budget = budget.total - overhead - suffix_tokens
-    others = [d for d in other_docs if d.uri != doc.uri]
+    others = [d for d in other_docs if d.uri != doc.uri and (project is None or project.allowed(d.uri))]
     other_outlines = {d.uri: _outline(d, syntax) for d in others}
     headers = {doc.uri: current_header}
-    headers.update((d.uri, file_header(fim, display_path(d.uri, doc.uri), comment_prefix(d.language_id)))
-                   for d in others)
+    headers.update((d.uri, file_header(fim, path_of(d.uri), comment_prefix(d.language_id))) for d in others)
+    headers.update((uri, file_header(fim, path_of(uri), comment)) for uri, _ in (previous.items if previous else ())
+                   if uri not in headers)
     layout = previous if still_holds(previous, doc.uri, text, line_start, other_outlines) else None
+    if layout is not None and project is not None and not all(
+            project.indexed(uri) for uri, items in layout.items if items and uri != doc.uri and uri not in other_outlines):
+        layout = None  # a file it showed was deleted or is now excluded: choose afresh
     grown = base_budget + int(budget.total * kept_growth)
     if layout is not None and count_tokens(text[layout.prefix_start:prefix_end]) + layout.context_tokens > grown:
         layout = None  # the prefix outgrew it: choose afresh, within the budget
@@ -169,6 +180,10 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
         candidates = rank_items(current_outline, [other_outlines[d.uri] for d in others],
                                 text[near_start:near_end], cursor_row, (prefix_row, suffix_last_row))
         sources = [doc.uri] + [d.uri for d in others]
+        if project is not None:
+            candidates = merge_project(candidates, project.snippets(doc.uri, language_id, text, offset, suffix_end),
+                                       project, sources, window.first_row)
+            headers.update((uri, file_header(fim, path_of(uri), comment)) for uri in sources if uri not in headers)
         chosen = select_items(candidates, budget.context, count_tokens,
                               lambda source: 0 if source == 0 else count_pieces(headers[sources[source]], count_tokens))
         context_tokens = sum(count_tokens(item.text + "\n") for items in chosen.values() for item in items)
@@ -186,7 +201,7 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
         layout = Layout(doc.uri, text, prefix_start, items, spans, context_tokens, total=budget.total)
 
     context = _context_pieces(layout.items, headers)
-    context_items = [(display_path(uri, doc.uri), item.text) for uri, items in layout.items for item in items]
+    context_items = [(path_of(uri), item.text) for uri, items in layout.items for item in items]
     prefix_start = layout.prefix_start
     prefix = text[prefix_start:prefix_end]
     split = prefix_end
@@ -194,7 +209,8 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
         split = min(max(line_start, prefix_start), prefix_end)
         split = middle_start(last_middle, text, prefix_start, split, suffix, middle_lines)
         layout = with_middle(layout, text, split, suffix)
-    pieces = assemble(fim, context, text[prefix_start:split], suffix, middle=text[split:prefix_end])
+    repo = project.repo_name if project is not None else None
+    pieces = assemble(fim, context, text[prefix_start:split], suffix, middle=text[split:prefix_end], repo=repo)
     return BuiltPrompt(
         pieces=pieces, prefix=prefix, suffix=suffix, mode=mode, middle=text[split:prefix_end],
         line_suffix=line_suffix, indent=indentation(text[line_start:]), line_prefix=line_prefix,
@@ -202,7 +218,9 @@ def build_prompt(doc: OpenDocument, line: int, character: int, fim, count_tokens
                   "suffix": suffix_tokens},
         withheld=withheld, header_indent=header_indent, braces=braces, language_id=language_id,
         open_brackets=open_brackets(text[min(lookback, offset):offset]) if mode == "line" else 0,
-        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items, layout=layout, kept=kept)
+        prefix_start=prefix_start, cursor_offset=offset, context_items=context_items, layout=layout, kept=kept,
+        project=project is not None,
+        context_files=[path_of(uri) for uri, items in layout.items if items and uri != doc.uri])
 
 
 def _context_pieces(items, headers) -> list:

@@ -147,15 +147,55 @@ def select_items(candidates: list[Candidate], budget: int, count_tokens: Callabl
     """Greedy fill of `budget` tokens in rank order; `header_tokens(source)` is the cost of a file's header,
     paid by its first item. Returns source -> items in document order (a stable layout for the KV cache)."""
     chosen: dict[int, list[OutlineItem]] = {}
+    seen: set[tuple[int, str]] = set()
     used = 0
     for candidate in candidates:
+        if (candidate.source, candidate.item.text) in seen or _overlaps_chosen(candidate, chosen):
+            continue
         cost = count_tokens(candidate.item.text + "\n")
         if candidate.source not in chosen:
             cost += header_tokens(candidate.source)
         if used + cost > budget:
             continue
         used += cost
+        seen.add((candidate.source, candidate.item.text))
         chosen.setdefault(candidate.source, []).append(candidate.item)
     for items in chosen.values():
         items.sort(key=lambda item: item.start_row)
     return chosen
+
+
+def _overlaps_chosen(candidate: Candidate, chosen: dict[int, list[OutlineItem]]) -> bool:
+    """A project snippet (another file's definition or similar code) that shares lines with one already chosen
+    from the same file would show those lines twice."""
+    item = candidate.item
+    if item.kind != PROJECT:
+        return False
+    return any(other.kind == PROJECT and other.start_row <= item.end_row and item.start_row <= other.end_row
+               for other in chosen.get(candidate.source, ()))
+
+
+PROJECT, LATER_USE = "project", "use"
+
+
+def merge_project(candidates: list[Candidate], snippets, project, sources: list[str],
+                  first_row: int = 0) -> list[Candidate]:
+    """The open documents' and this file's ranked items with the project's snippets (context/select.py) among
+    them by score. Another file's snippet joins that file's source (appended to `sources`, document uris, when the
+    file is not open); a later use in this file joins source 0."""
+    merged = list(candidates)
+    for snippet in snippets:
+        if snippet.kind == LATER_USE:
+            source, kind = 0, LATER_USE
+        else:
+            uri = project.uri_of(snippet.path)
+            if uri == sources[0]:
+                continue
+            if uri not in sources:
+                sources.append(uri)
+            source, kind = sources.index(uri), PROJECT
+        item = OutlineItem(kind, snippet.kind, snippet.text, snippet.start_line, snippet.end_line,
+                           _identifiers(snippet.text))
+        merged.append(Candidate(item, source, snippet.score))
+    merged.sort(key=lambda c: (-c.score, c.source, c.item.start_row))
+    return merged[:MAX_CANDIDATES]

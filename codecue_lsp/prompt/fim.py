@@ -38,11 +38,27 @@ def file_block(header: list, items: list[str]) -> list[tuple[str, str]]:
     return header + [(TEXT, "".join(item + "\n" for item in items))]
 
 
-def assemble(fim, context: list, prefix: str, suffix: str, middle: str = "") -> list[tuple[str, str]]:
+def assemble(fim, context: list, prefix: str, suffix: str, middle: str = "",
+             repo: str | None = None) -> list[tuple[str, str]]:
     """PSM order; everything that changes least (other files, imports, signatures) comes first. `middle` is text
-    the middle starts with (what is typed on the cursor's line), so that it is the last thing in the prompt."""
-    return [(SPECIAL, fim.prefix), *context, (TEXT, prefix), (SPECIAL, fim.suffix), (TEXT, suffix),
-            (SPECIAL, fim.middle)] + ([(TEXT, middle)] if middle else [])
+    the middle starts with (what is typed on the cursor's line), so that it is the last thing in the prompt.
+
+    For a model with repository markers (`file_sep`), the model's repository format: `<|repo_name|>name` (when
+    `repo` is given and the model has the marker), each other file as `<|file_sep|>path` and its text, then the
+    current file's `<|file_sep|>path` and the FIM part, whose prefix starts with that file's own context items.
+    `context` is the file blocks in order, the current file's last (its header, then its items)."""
+    tail = [(SPECIAL, fim.suffix), (TEXT, suffix), (SPECIAL, fim.middle)] + ([(TEXT, middle)] if middle else [])
+    if not fim.file_sep:
+        return [(SPECIAL, fim.prefix), *context, (TEXT, prefix), *tail]
+    header_end = _current_header_end(context, fim.file_sep)
+    head = [(SPECIAL, fim.repo_name), (TEXT, f"{repo}\n")] if repo and getattr(fim, "repo_name", None) else []
+    return [*head, *context[:header_end], (SPECIAL, fim.prefix), *context[header_end:], (TEXT, prefix), *tail]
+
+
+def _current_header_end(context: list, file_sep: str) -> int:
+    """Index just past the current file's header (the last file separator and its path line) in `context`."""
+    last = max((i for i, (kind, value) in enumerate(context) if kind == SPECIAL and value == file_sep), default=None)
+    return 0 if last is None else min(last + 2, len(context))
 
 
 def count_pieces(pieces: list, count_tokens) -> int:

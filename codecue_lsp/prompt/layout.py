@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from .context import OutlineItem
+from .context import PROJECT, OutlineItem
 from .text import common_prefix_length, common_suffix_length
 
 # Each layout holds its document's text; the engine keeps KV caches for 4 documents (Engine.max_sessions), so a few
@@ -88,9 +88,11 @@ def still_holds(layout: Layout | None, uri: str, text: str, line_start: int,
         if other == uri:
             continue
         if other not in outlines:
+            if all(item.kind == PROJECT for item in items):
+                continue  # the project's snippets stay until the context is re-ranked (growth.py)
             return False
         present = {item.text for item in outlines[other]}
-        if any(item.text not in present for item in items):
+        if any(item.kind != PROJECT and item.text not in present for item in items):
             return False
     return True
 

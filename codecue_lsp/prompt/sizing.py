@@ -33,9 +33,16 @@ class PromptBudget:
     context: int = DEFAULT_TOTAL // 3
 
 
-def budget_for(total: int, suffix: int = 128) -> PromptBudget:
-    """A budget of `total` tokens: the suffix's share fixed, the ranked context a third (512 of the default)."""
-    return PromptBudget(total=total, suffix=suffix, context=total // 3)
+def budget_for(total: int, suffix: int = 128, context: int | None = None) -> PromptBudget:
+    """A budget of `total` tokens: the suffix's share fixed, the ranked context `context` tokens (default a third:
+    512 of the default total), never more than half the total (the current file's prefix keeps the rest)."""
+    context = total // 3 if context is None else min(max(int(context), 0), total // 2)
+    return PromptBudget(total=total, suffix=suffix, context=context)
+
+
+def context_total(settings, total: int) -> int:
+    """The `contextTokens` setting for a prompt of `total` tokens: "auto" a third of it, else the number."""
+    return total // 3 if settings.context_tokens == "auto" else int(settings.context_tokens)
 
 
 def total_for_prefill_rate(tokens_per_s: float | None) -> int:

@@ -3,7 +3,8 @@
 It speaks the same protocol as `codecue-lsp` (inlineCompletion, the codecue/* notifications, `codecue.stats`)
 but always suggests FAKE_COMPLETION (default `print("hello")`) after an optional FAKE_DELAY_MS, so client tests can
 assert exact text. The real server is used by the end-to-end tests; this one keeps the client logic tests exact.
-`codecue.stats` also lists the codecue/didMoveCursor params it got (`cursor_moves`).
+`codecue.stats` also lists the codecue/didMoveCursor params it got (`cursor_moves`), what initialize carried
+(`initialize`: rootUri, workspaceFolders, initializationOptions) and the workspace folders now (`folders`).
 
     python fake_server.py            # stdio (a trailing --stdio is accepted, as clients append it)
 """
@@ -18,6 +19,14 @@ from pygls.lsp.server import LanguageServer
 server = LanguageServer("codecue-fake", "0")
 counters = {"requests": 0, "cancelled": 0, "shown": 0, "accepted": 0, "rejected": 0, "accepted_chars": 0}
 cursor_moves: list[dict] = []  # codecue/didMoveCursor params as received, for the clients' tests to check
+initialized: dict = {}  # what the client's initialize carried, for the clients' tests to check
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: LanguageServer, params: types.InitializeParams):
+    folders = [{"uri": f.uri, "name": f.name} for f in params.workspace_folders or []]
+    initialized.update(rootUri=params.root_uri, workspaceFolders=folders,
+                       initializationOptions=params.initialization_options)
 
 
 def completion_text() -> str:
@@ -66,7 +75,8 @@ def did_move_cursor(ls, params):
 
 @server.command("codecue.stats")
 def stats(ls, *args):
-    return {**counters, "cursor_moves": list(cursor_moves)}
+    return {**counters, "cursor_moves": list(cursor_moves), "initialize": initialized,
+            "folders": sorted(f.uri for f in ls.workspace.folders.values())}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportK
 
 import { CursorRest, EditorState, METHOD as MOVE_CURSOR } from './cursor-rest';
 import { expandPath, Places, resolveServer } from './server-path';
-import { documentSelector, needsRestart, readSettings, serverSettings, Settings } from './settings';
+import { documentSelector, mergeGlobs, needsRestart, readSettings, serverSettings, Settings } from './settings';
 import { Status } from './status';
 import { Place, textAtCursor, Tracker } from './telemetry';
 
@@ -30,7 +30,12 @@ const cursorRest = new CursorRest({
 });
 
 function currentSettings(): Settings {
-  return readSettings(vscode.workspace.getConfiguration('codecue'));
+  const s = readSettings(vscode.workspace.getConfiguration('codecue'));
+  // excludeGlobs is resource-scoped: a folder of a multi-root workspace may add its own exclusions.
+  const folders = vscode.workspace.workspaceFolders ?? [];
+  s.excludeGlobs = mergeGlobs([s.excludeGlobs,
+    ...folders.map((f) => vscode.workspace.getConfiguration('codecue', f.uri).get<unknown>('excludeGlobs', []))]);
+  return s;
 }
 
 function render(): void {
@@ -136,6 +141,9 @@ function createClient(s: Settings, command: string, env: Record<string, string |
     documentSelector: documentSelector(s),
     outputChannel: output,
     initializationOptions: serverSettings(s),
+    // No `workspaceFolder` here: unpinned, the client sends every workspace folder (initialize's workspaceFolders
+    // and rootUri, then didChangeWorkspaceFolders) and advertises didChangeWatchedFiles with dynamic registration,
+    // which the server's project index uses to find and follow the workspace's files.
     synchronize: { configurationSection: 'codecue' },
     middleware: {
       provideInlineCompletionItems,

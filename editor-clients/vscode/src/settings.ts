@@ -17,6 +17,11 @@ export interface Settings {
   coldPromptTokens: number; // 0: auto; a prompt nothing is cached for starts this small, the full one follows
   engine: string;
   remoteModel: string;
+  context: boolean; // project context: other files of the workspace in the prompt
+  contextTokens: number; // 0: auto (a third of the prompt)
+  excludeGlobs: string[]; // gitignore-style, relative to a workspace folder: never indexed nor sent
+  maxIndexedFiles: number;
+  indexCache: boolean;
 }
 
 /** The part of vscode.WorkspaceConfiguration that is read here. */
@@ -46,19 +51,48 @@ export function readSettings(config: ConfigReader): Settings {
     coldPromptTokens: config.get('coldPromptTokens', 0),
     engine: config.get('engine', 'local').trim() || 'local',
     remoteModel: config.get('remoteModel', '').trim(),
+    context: config.get('context', true),
+    contextTokens: config.get('contextTokens', 0),
+    excludeGlobs: mergeGlobs([config.get<unknown>('excludeGlobs', [])]),
+    maxIndexedFiles: config.get('maxIndexedFiles', 5000),
+    indexCache: config.get('indexCache', true),
   };
+}
+
+/** excludeGlobs of the window and of each workspace folder (the setting is resource-scoped) as one list: the
+ * server keeps one set of exclusions, and a folder's pattern applied to another can only leave more code out. */
+export function mergeGlobs(lists: unknown[]): string[] {
+  const globs: string[] = [];
+  for (const list of lists) {
+    for (const glob of Array.isArray(list) ? list : []) {
+      const trimmed = typeof glob === 'string' ? glob.trim() : '';
+      if (trimmed && !globs.includes(trimmed)) globs.push(trimmed);
+    }
+  }
+  return globs;
+}
+
+/** A whole number within the server's range (codecue_lsp/config.py ignores one outside it), or the fallback. */
+function intIn(value: number, lo: number, hi: number, fallback: number): number {
+  return Number.isFinite(value) ? Math.min(hi, Math.max(lo, Math.round(value))) : fallback;
 }
 
 /** The settings the server understands (codecue_lsp/config.py), for initializationOptions and
  * workspace/configuration. Client-only settings (enable, server.*) are left out so the server has nothing to
  * warn about. */
 export function serverSettings(s: Settings): Record<string, unknown> {
+  const contextTokens = intIn(s.contextTokens, 0, 16384, 0);
   const sent: Record<string, unknown> = {
     pair: s.pair, enabledLanguages: s.enabledLanguages, debounceMs: s.debounceMs, maxTokens: s.maxTokens,
     drafter: s.drafter, middleFrom: s.middleFrom, nextLine: s.nextLine, prepareAtCursor: s.prepareAtCursor,
     engine: s.engine,
     promptTokens: s.promptTokens > 0 ? Math.max(256, Math.round(s.promptTokens)) : 'auto',
     coldPromptTokens: s.coldPromptTokens > 0 ? Math.max(128, Math.round(s.coldPromptTokens)) : 'auto',
+    context: s.context,
+    contextTokens: contextTokens > 0 ? contextTokens : 'auto',
+    excludeGlobs: s.excludeGlobs,
+    maxIndexedFiles: intIn(s.maxIndexedFiles, 0, 200000, 5000),
+    indexCache: s.indexCache,
   };
   if (s.remoteModel) sent.remoteModel = s.remoteModel; // empty: the server asks the engine's /v1/models
   return sent;
@@ -73,7 +107,8 @@ export function documentSelector(s: Settings): { scheme: string; language: strin
 }
 
 /** Settings whose change needs a server restart (everything the process is started with, and what the server
- * loads once: codecue_lsp/config.py LOAD_SETTINGS). */
+ * loads once: codecue_lsp/config.py LOAD_SETTINGS). The project context settings are read per request and by the
+ * index, so they need none. */
 export function needsRestart(before: Settings, after: Settings): boolean {
   const started = (s: Settings) =>
     JSON.stringify([s.serverPath, s.serverArgs, s.serverEnv, s.pair, s.enabledLanguages, s.engine, s.remoteModel]);

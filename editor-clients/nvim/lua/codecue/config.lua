@@ -37,6 +37,63 @@ M.defaults = {
   },
   -- Highlight group of the ghost text; CodeCueSuggestion links to Comment unless a colourscheme sets it.
   hl_group = "CodeCueSuggestion",
+  -- Project context: definitions and similar code from other files of the project in the prompt. nil leaves each
+  -- to the server's default (on, "auto" = a third of the prompt, no extra exclusions, 5000 files, cached).
+  context = nil,
+  context_tokens = nil, -- "auto" or tokens of the prompt for context, 0..16384
+  exclude_globs = nil, -- gitignore-style patterns relative to the project root, never indexed nor sent
+  max_indexed_files = nil, -- 0..200000
+  index_cache = nil, -- keep the index on disk under $CODECUE_HOME/context
+  -- What marks a project root, tried in this order up the buffer's parent folders (vim.fs.root: a repository's
+  -- .git wins over a nearer package.json); a file under none of them gives its own folder. The server indexes the
+  -- roots for project context.
+  root_markers = { ".git", "pyproject.toml", "setup.py", "package.json", "go.mod", "Cargo.toml", "pom.xml",
+    "build.gradle", "Makefile" },
+}
+
+local function is_int(lo, hi)
+  return function(v)
+    return type(v) == "number" and v == math.floor(v) and v >= lo and v <= hi
+  end
+end
+
+local function is_string_list(v)
+  if type(v) ~= "table" or not vim.islist(v) then
+    return false
+  end
+  for _, x in ipairs(v) do
+    if type(x) ~= "string" then
+      return false
+    end
+  end
+  return true
+end
+
+-- vim.fs.root's markers: file names, or lists of names of equal priority.
+local function is_markers(v)
+  if type(v) ~= "table" or not vim.islist(v) then
+    return false
+  end
+  for _, x in ipairs(v) do
+    if type(x) ~= "string" and not is_string_list(x) then
+      return false
+    end
+  end
+  return true
+end
+
+local function is_bool(v)
+  return type(v) == "boolean"
+end
+
+-- The project context options, their server setting and what the server accepts (codecue_lsp/config.py).
+M.context_options = {
+  { "context", "context", is_bool, "true or false" },
+  { "context_tokens", "contextTokens", function(v) return v == "auto" or is_int(0, 16384)(v) end,
+    '"auto" or a whole number 0..16384' },
+  { "exclude_globs", "excludeGlobs", is_string_list, "a list of gitignore-style patterns" },
+  { "max_indexed_files", "maxIndexedFiles", is_int(0, 200000), "a whole number 0..200000" },
+  { "index_cache", "indexCache", is_bool, "true or false" },
 }
 
 -- Manual trigger key when keymaps.trigger is not set (copilot.lua's default).
@@ -79,12 +136,32 @@ local function split_filetypes(given)
   return attach, overrides
 end
 
+-- A project context option the server would ignore is reported and dropped here, so the server's default applies.
+local function drop_invalid(cfg)
+  for _, option in ipairs(M.context_options) do
+    local name, _, valid, expected = unpack(option)
+    if cfg[name] ~= nil and not valid(cfg[name]) then
+      vim.notify(("CodeCue: ignoring %s = %s: expected %s"):format(name, vim.inspect(cfg[name]), expected),
+        vim.log.levels.WARN)
+      cfg[name] = nil
+    end
+  end
+  if not is_markers(cfg.root_markers) then
+    vim.notify("CodeCue: ignoring root_markers: expected a list of file names", vim.log.levels.WARN)
+    cfg.root_markers = vim.deepcopy(M.defaults.root_markers)
+  end
+end
+
 function M.merge(opts)
   opts = vim.deepcopy(opts or {})
   local filetypes = opts.filetypes or M.defaults.filetypes
-  opts.filetypes = nil -- a user list replaces the defaults, it is not merged into them index by index
+  local root_markers = opts.root_markers or M.defaults.root_markers
+  -- User lists replace the defaults, they are not merged into them index by index.
+  opts.filetypes, opts.root_markers = nil, nil
   local cfg = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts)
   cfg.filetypes, cfg.filetype_overrides = split_filetypes(filetypes)
+  cfg.root_markers = vim.deepcopy(root_markers)
+  drop_invalid(cfg)
   return cfg
 end
 
@@ -99,6 +176,9 @@ function M.init_options(cfg)
     end
   end
   local options = { pair = cfg.pair, maxTokens = cfg.max_tokens, enabledLanguages = languages }
+  for _, option in ipairs(M.context_options) do
+    options[option[2]] = cfg[option[1]]
+  end
   return vim.tbl_extend("force", options, cfg.init_options or {})
 end
 

@@ -61,9 +61,46 @@ local function wanted_now()
   return M.buffer_enabled(0) and (M.config.auto_trigger or manual_still_current())
 end
 
--- One server per Neovim: it needs no project root, and every extra process loads the weights again.
+-- One server per Neovim, whatever the project: every extra process loads the weights again. A buffer of another
+-- project adds its root to that server's workspace folders instead (add_workspace_folder).
 local function reuse_client(client, cfg)
   return client.name == cfg.name and not client:is_stopped()
+end
+
+-- The project root the server indexes for a buffer: the first root marker found up its folders, else the file's own
+-- folder. Never the home directory or "/" (a whole home is not a project), nor a guess for an unnamed buffer.
+function M.root_dir(bufnr, markers)
+  local root = #markers > 0 and vim.fs.root(bufnr, markers) or nil
+  if not root then
+    local name = vim.api.nvim_buf_get_name(bufnr)
+    root = name ~= "" and vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ":p"))) or nil
+  end
+  if root == nil or root == "/" or root == vim.fs.normalize(vim.uv.os_homedir() or "") then
+    return nil
+  end
+  return root
+end
+
+local function inside(dir, folder)
+  return dir == folder or dir:sub(1, #folder + 1) == folder .. "/"
+end
+
+-- Tell the one server about a buffer's project when no workspace folder it has covers it yet
+-- (workspace/didChangeWorkspaceFolders), so its project context covers every project being edited.
+local function add_workspace_folder(client, bufnr)
+  local root = M.root_dir(bufnr, M.config.root_markers)
+  if not root then
+    return
+  end
+  for _, folder in ipairs(client.workspace_folders or {}) do
+    if inside(root, vim.fs.normalize(vim.uri_to_fname(folder.uri))) then
+      return
+    end
+  end
+  local folder = { uri = vim.uri_from_fname(root), name = root }
+  client:notify("workspace/didChangeWorkspaceFolders", { event = { added = { folder }, removed = {} } })
+  client.workspace_folders = client.workspace_folders or {}
+  table.insert(client.workspace_folders, folder)
 end
 
 function M.lsp_config(cfg)
@@ -74,6 +111,11 @@ function M.lsp_config(cfg)
     cmd_env = cfg.cmd_env,
     filetypes = cfg.filetypes,
     reuse_client = reuse_client,
+    -- The first buffer's project: rootUri and workspaceFolders of initialize. Always answered (nil: no root), or
+    -- vim.lsp.enable would not start the server for the buffer.
+    root_dir = function(bufnr, on_dir)
+      on_dir(M.root_dir(bufnr, cfg.root_markers))
+    end,
     -- The server and VS Code name languages by LSP languageId ("shellscript", not Neovim's "sh").
     get_language_id = function(_, filetype)
       return config.language_id(filetype)
@@ -124,6 +166,7 @@ function M.setup(opts)
     callback = function(ev)
       local client = codecue_client(ev)
       if client then
+        add_workspace_folder(client, ev.buf)
         frontend().attach(ev.buf, client, cfg)
         if M.use_native() and not M.buffer_enabled(ev.buf) then
           require("codecue.native").enable(false, ev.buf, client.id)
@@ -249,7 +292,9 @@ function M.restart()
   telemetry.stats.last_error = nil
   for bufnr in pairs(buffers) do
     if vim.api.nvim_buf_is_loaded(bufnr) then
-      vim.lsp.start(M.lsp_config(), { bufnr = bufnr, reuse_client = reuse_client })
+      local lsp = M.lsp_config()
+      lsp.root_dir = M.root_dir(bufnr, M.config.root_markers) -- vim.lsp.start takes a path, not a function
+      vim.lsp.start(lsp, { bufnr = bufnr, reuse_client = reuse_client })
     end
   end
 end
@@ -325,6 +370,13 @@ function M.status_lines()
   end
   table.insert(lines, "client counters: " .. vim.inspect(telemetry.stats, { newline = " ", indent = "" }))
   local stats, err = M.server_stats(0, 1000)
+  if stats and type(stats.context) == "table" then
+    -- The project index in one line; the last prompt's make-up stays in codecue.stats for tools.
+    local c = stats.context
+    table.insert(lines, c.enabled and ("project index: %d files, %d definitions%s"):format(
+      c.files or 0, c.definitions or 0, c.indexing and " (indexing)" or "") or "project index: off")
+    stats.context, stats.last_prompt = nil, nil
+  end
   table.insert(lines, "server counters: " .. (stats and vim.inspect(stats, { newline = " ", indent = "" }) or err))
   return lines
 end

@@ -81,7 +81,38 @@ test('the server answers workspace/configuration with server settings only', asy
   const client = await activated();
   const answer = client.clientOptions.middleware.workspace.configuration(
     { items: [{ section: 'codecue' }] }, token, () => assert.fail('should not ask VS Code'));
-  assert.deepEqual(Object.keys(answer[0]).sort(), ['coldPromptTokens', 'debounceMs', 'drafter', 'enabledLanguages', 'engine', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'prepareAtCursor', 'promptTokens']);
+  assert.deepEqual(Object.keys(answer[0]).sort(), [
+    'coldPromptTokens', 'context', 'contextTokens', 'debounceMs', 'drafter', 'enabledLanguages', 'engine',
+    'excludeGlobs', 'indexCache', 'maxIndexedFiles', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'prepareAtCursor',
+    'promptTokens',
+  ]);
+});
+
+test('a workspace folder\'s excludeGlobs are added to the window\'s, and changing them restarts nothing', async () => {
+  const client = await activated();
+  const answer = () => client.clientOptions.middleware.workspace.configuration(
+    { items: [{ section: 'codecue' }] }, token, () => assert.fail('should not ask VS Code'))[0];
+  vscode.workspace.workspaceFolders = [{ uri: { fsPath: '/w/app' } }, { uri: { fsPath: '/w/lib' } }];
+  vscode.folderConfig['/w/lib'] = { 'codecue.excludeGlobs': ['fixtures/', 'secrets/'] };
+  try {
+    await vscode.workspace.getConfiguration('codecue').update('excludeGlobs', ['secrets/']);
+    assert.deepEqual(answer().excludeGlobs, ['secrets/', 'fixtures/']);
+    await vscode.workspace.getConfiguration('codecue').update('maxIndexedFiles', 10);
+    assert.equal(answer().maxIndexedFiles, 10);
+    assert.equal(FakeClient.last, client, 'project context settings need no restart');
+    assert.equal(client.stopped, false);
+  } finally {
+    vscode.workspace.workspaceFolders = undefined;
+    delete vscode.folderConfig['/w/lib'];
+    delete vscode.config['codecue.excludeGlobs'];
+    delete vscode.config['codecue.maxIndexedFiles'];
+  }
+});
+
+test('the client is not pinned to one folder, so it sends every workspace folder', async () => {
+  const client = await activated();
+  // vscode-languageclient registers its WorkspaceFoldersFeature only without clientOptions.workspaceFolder.
+  assert.equal(client.clientOptions.workspaceFolder, undefined);
 });
 
 test('progress from the server shows in the status bar, and again after a crash and restart', async () => {

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { documentSelector, needsRestart, readSettings, serverSettings } from '../settings';
+import { documentSelector, mergeGlobs, needsRestart, readSettings, serverSettings } from '../settings';
 
 function reader(values: Record<string, unknown>) {
   return { get: <T>(key: string, fallback: T): T => (key in values ? (values[key] as T) : fallback) };
@@ -81,6 +81,46 @@ test('drafter, middleFrom, nextLine, prepareAtCursor, promptTokens, coldPromptTo
   assert.equal(remote.drafter, 'none');
 });
 
+test('project context settings reach the server: on, auto tokens, no extra exclusions, 5000 files, cached', () => {
+  const base = serverSettings(readSettings(reader({})));
+  assert.deepEqual(
+    [base.context, base.contextTokens, base.excludeGlobs, base.maxIndexedFiles, base.indexCache],
+    [true, 'auto', [], 5000, true]);
+  const set = serverSettings(readSettings(reader({
+    context: false, contextTokens: 900, excludeGlobs: ['vendor/', '**/*.min.js'], maxIndexedFiles: 20000,
+    indexCache: false,
+  })));
+  assert.deepEqual(
+    [set.context, set.contextTokens, set.excludeGlobs, set.maxIndexedFiles, set.indexCache],
+    [false, 900, ['vendor/', '**/*.min.js'], 20000, false]);
+});
+
+// Numbers are brought into the server's range (codecue_lsp/config.py ignores a value outside it).
+for (const [setting, value, sent] of [
+  ['contextTokens', 0, 'auto'], // 0: auto, as promptTokens
+  ['contextTokens', 0.4, 'auto'],
+  ['contextTokens', 1500.6, 1501],
+  ['contextTokens', 99999, 16384],
+  ['contextTokens', -5, 'auto'],
+  ['contextTokens', Number.NaN, 'auto'],
+  ['maxIndexedFiles', 0, 0], // 0: nothing indexed
+  ['maxIndexedFiles', -1, 0],
+  ['maxIndexedFiles', 1e9, 200000],
+  ['maxIndexedFiles', 12.7, 13],
+  ['maxIndexedFiles', Number.NaN, 5000],
+] as const) {
+  test(`${setting} ${value} is sent as ${sent}`, () => {
+    assert.equal(serverSettings(readSettings(reader({ [setting]: value })))[setting], sent);
+  });
+}
+
+test('excludeGlobs: blanks, duplicates and non-strings dropped; folders add their own', () => {
+  const s = readSettings(reader({ excludeGlobs: [' vendor/ ', '', 'vendor/', 3, '*.log'] }));
+  assert.deepEqual(serverSettings(s).excludeGlobs, ['vendor/', '*.log']);
+  assert.deepEqual(readSettings(reader({ excludeGlobs: 'vendor/' })).excludeGlobs, [], 'not a list: none');
+  assert.deepEqual(mergeGlobs([['a/'], ['a/', 'b/'], undefined, ['c/']]), ['a/', 'b/', 'c/']);
+});
+
 test('documents of enabled languages go to the server, files and unsaved ones', () => {
   const sel = documentSelector(readSettings(reader({ enabledLanguages: ['python', 'go'] })));
   assert.deepEqual(sel, [
@@ -97,4 +137,7 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({ remoteModel: 'other' }))), true);
   assert.equal(needsRestart(base, readSettings(reader({ maxTokens: 16, debounceMs: 0, enable: false }))), false);
   assert.equal(needsRestart(base, readSettings(reader({ drafter: 'none', middleFrom: 'cursor', nextLine: false, prepareAtCursor: false, promptTokens: 512, coldPromptTokens: 256 }))), false);
+  assert.equal(needsRestart(base, readSettings(reader({
+    context: false, contextTokens: 512, excludeGlobs: ['dist/'], maxIndexedFiles: 100, indexCache: false,
+  }))), false, 'read per request and by the index');
 });

@@ -49,6 +49,8 @@ export class FakeClient {
 
 export function createVscode() {
   const config: Record<string, unknown> = {};
+  // Values a workspace folder sets for itself (resource-scoped settings), by the folder's fsPath.
+  const folderConfig: Record<string, Record<string, unknown>> = {};
   const commands = new Map<string, (...args: any[]) => unknown>();
   const executed: unknown[][] = [];
   const configListeners: Listener[] = [];
@@ -59,7 +61,7 @@ export function createVscode() {
   const errors: string[] = [];
   const statusItem = { text: '', tooltip: '', command: '', backgroundColor: undefined as unknown, show() {}, dispose() {} };
   const vscode = {
-    config, registered: commands, executed, statusItem, errors, openListeners, closeListeners,
+    config, folderConfig, registered: commands, executed, statusItem, errors, openListeners, closeListeners,
     activeEditorListeners, selectionListeners,
     Position, Range,
     StatusBarAlignment: { Left: 1, Right: 2 },
@@ -80,8 +82,12 @@ export function createVscode() {
       },
     },
     workspace: {
-      getConfiguration: (section: string) => ({
-        get: <T>(key: string, fallback: T): T => (`${section}.${key}` in config ? config[`${section}.${key}`] as T : fallback),
+      getConfiguration: (section: string, scope?: { fsPath: string }) => ({
+        get: <T>(key: string, fallback: T): T => {
+          const own = scope ? folderConfig[scope.fsPath] ?? {} : {};
+          const values = `${section}.${key}` in own ? own : config;
+          return `${section}.${key}` in values ? values[`${section}.${key}`] as T : fallback;
+        },
         update: async (key: string, value: unknown) => {
           config[`${section}.${key}`] = value;
           for (const listener of configListeners) {
