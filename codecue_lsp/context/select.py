@@ -2,9 +2,8 @@
 
 Three kinds, best first (scores are on the scale of prompt/context.py's rank_items, so they compete with the open
 documents' outlines in one greedy fill):
-  a. definitions of the names this file imports from the project, found through its imports (resolve.py): those
-     used near the cursor first (else found by a name defined once in the index), then those imported but not used
-     yet (the line being written is where such a use goes), then those used elsewhere in the file;
+  a. definitions of the names used near the cursor that this file imports from the project, found through its
+     imports (resolve.py), else by a name defined once in the index;
   b. code similar to the lines before the cursor (retrieval.py), recently viewed or edited files first;
   c. later uses in this file of the names on the cursor's lines, past the suffix the prompt shows.
 A definition a file shows twice (an open document's outline, an imported one) is deduplicated by build_prompt's
@@ -23,9 +22,6 @@ from .resolve import resolve
 
 # Every definition of one kind ranks alike (ties go by file, then row: a stable layout); imported ones first.
 IMPORTED_SCORE, IMPORTED_BY_NAME_SCORE, CALLED_SCORE, SIMILAR_SCORE, LATER_USE_SCORE = 180, 100, 80, 40, 30
-# Imported names not used near the cursor: the line being written is the likeliest place for one, above all for a
-# name imported but not used anywhere yet (the blank line under the cursor is where its use goes).
-IMPORTED_UNUSED_SCORE, IMPORTED_ELSEWHERE_SCORE = 90, 70
 NEAR_LINES_BEFORE, NEAR_LINES_AFTER = 20, 3
 QUERY_LINES = 20
 SIMILAR_CHUNKS = 6
@@ -86,12 +82,10 @@ def imported_definitions(index, language_id: str, path: str, text: str, names: s
     seen: set[tuple[str, str]] = set()
     for ref in parse_imports(language_id, text):
         wanted: list[tuple[str, float]] = []
-        if ref.name and ref.name != "*":
-            if ref.local in names:
-                wanted.append((ref.name, IMPORTED_SCORE))
-            elif ref.local and not ref.module.startswith("__future__"):
-                unused = len(re.findall(rf"(?<![\w.]){re.escape(ref.local)}\b", text)) <= 1
-                wanted.append((ref.name, IMPORTED_UNUSED_SCORE if unused else IMPORTED_ELSEWHERE_SCORE))
+        # Only names used near the cursor: every imported definition ranked in (imported but not used nearby too)
+        # completed fewer cross-file lines (docs/performance.md, "Levers measured and set aside").
+        if ref.name and ref.name != "*" and ref.local in names:
+            wanted.append((ref.name, IMPORTED_SCORE))
         if ref.local:
             # A module (or class) bound to a name: `mod.helper` or `pkg.mod.helper` near the cursor wants helper.
             wanted.extend((member, IMPORTED_SCORE) for member in members_used(near, ref.local))

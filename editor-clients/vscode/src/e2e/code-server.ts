@@ -45,6 +45,10 @@ function userSettings(pairDir: string, serverLog: string, serverPath: string): R
     'codecue.server.env': { PYTHONPATH: REPO, ...(PAIR === 'tiny' ? tinyPair : {}) },
     'codecue.pair': PAIR,
     'codecue.maxTokens': PAIR === 'tiny' ? 12 : 48,
+    // The tiny pair's random weights write visible text for some prompts only; with the workspace's repository
+    // header in front of the file they answered blank here. This test is about showing and accepting: project
+    // context has its own tests (tests/test_server_context.py, tests/test_nvim_context.py).
+    'codecue.context': PAIR !== 'tiny',
     ...quietEditorSettings(),
   };
 }
