@@ -40,6 +40,7 @@ from .crossfile import (
     select_holes,
     typed,
 )
+from .lsp_session import running
 from .server_bench import BenchClient
 from .timing import ms, percentile
 
@@ -188,11 +189,10 @@ async def run_setting(source: Path, holes: list[Hole], setting: str, server_comm
         root = Path(tmp) / source.name
         shutil.copytree(source, root)
         options = dict(SETTINGS[setting], indexCache=False)
-        client = await ClientServerConfig(server_command=server_command, server_env=env).start()
-        watchers = []  # as an editor does: accept the server's file watcher, then tell it of files saved
-        client.feature(lsp.CLIENT_REGISTER_CAPABILITY)(lambda params: watchers.extend(
-            r for r in params.registrations if r.method == lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES))
-        try:
+        async with running(ClientServerConfig(server_command=server_command, server_env=env)) as client:
+            watchers = []  # as an editor does: accept the server's file watcher, then tell it of files saved
+            client.feature(lsp.CLIENT_REGISTER_CAPABILITY)(lambda params: watchers.extend(
+                r for r in params.registrations if r.method == lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES))
             await client.initialize_session(lsp.InitializeParams(
                 capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri(),
                 workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
@@ -214,13 +214,6 @@ async def run_setting(source: Path, holes: list[Hole], setting: str, server_comm
                 print(f"{setting:5s} {hole.project}:{hole.path}:{hole.line + 1} "
                       f"{'ok ' if rows[-1]['exact'] else '-- '}{rows[-1]['answer'].strip()!r}",
                       file=sys.stderr, flush=True)
-            await client.shutdown_session()
-        except BaseException:
-            if client._server is not None and client._server.returncode is None:
-                client._server.kill()
-            raise
-        finally:
-            await client.stop()
     return {"setting": setting, "load_s": round(load_s, 2), "warmup_ms": warmup_ms, "index": index,
             "watched": bool(watchers), "rows": rows}
 

@@ -29,6 +29,7 @@ from .cancel_bench import (  # noqa: F401 (tests import CANCEL_PHASES)
     cancel_trials_run,
     settled_stats,
 )
+from .lsp_session import running
 from .llama_cpp import LlamaServer, http_client, infill, server_binary
 from .timing import latency_summary, ms, percentile
 
@@ -108,8 +109,7 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
 
     config = ClientServerConfig(server_command=[sys.executable, "-m", "codecue_lsp", "--stdio", *server_args],
                                 server_env=env)
-    client = await config.start()
-    try:
+    async with running(config) as client:
         folders = [lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)] if root else None
         await client.initialize_session(lsp.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri() if root else None,
@@ -157,14 +157,6 @@ async def _bench(text: str, language: str, server_args: list[str], env: dict, ke
         cancels = await cancel_trials_run(bench, uri, doc, line, text.split("\n")[line], cancel_trials) \
             if cancel_trials else []
         final = await settled_stats(bench)
-        await client.shutdown_session()
-    except BaseException:
-        # stop() waits for the server to exit, and a server that was never told to exit would keep it waiting.
-        if client._server is not None and client._server.returncode is None:
-            client._server.kill()
-        raise
-    finally:
-        await client.stop()
 
     model_rows = [r for r in rows if not r["typethrough"]]
     warm = [r["latency_ms"] for r in model_rows[1:]]

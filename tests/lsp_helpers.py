@@ -9,6 +9,7 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from codecue_bench.lsp_session import running
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, client_capabilities
@@ -30,21 +31,12 @@ async def running_server(env: dict[str, str], *args: str, init_options: dict | N
     root: the workspace folder (rootUri and workspaceFolders); None sends neither, so no index is built."""
     config = ClientServerConfig(server_command=[sys.executable, "-m", "codecue_lsp", "--stdio", *args],
                                 server_env=server_env(env))
-    client = await config.start()
-    try:
+    async with running(config) as client:
         client.initialize_result = await client.initialize_session(lsp.InitializeParams(
             capabilities=client_capabilities(capabilities), initialization_options=init_options,
             root_uri=root.as_uri() if root else None,
             workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name=root.name)] if root else None))
         yield client
-        await client.shutdown_session()
-    except BaseException:
-        # A failed test never sent shutdown/exit, and the client's stop() waits for the server to exit: end it.
-        if client._server is not None and client._server.returncode is None:
-            client._server.kill()
-        raise
-    finally:
-        await client.stop()
 
 
 async def stats(client) -> dict:

@@ -34,6 +34,7 @@ class ProjectService:
         self.build_seconds: float | None = None
         self.cancel = threading.Event()
         self._build: Future | None = None
+        self.watched = False  # the client watches files for us (workspace/didChangeWatchedFiles registered)
 
     # --- life ----------------------------------------------------------------------------------------------------
     def start(self, roots: Sequence[str], settings, open_uris: Sequence[str] = (),
@@ -121,8 +122,6 @@ class ProjectService:
                     self.index.update(path)
             except Exception:
                 logger.exception("re-indexing %s failed", path)
-
-    watched = False  # set once the client watches files for us (workspace/didChangeWatchedFiles registered)
 
     # --- reads ---------------------------------------------------------------------------------------------------
     def project_for(self, uri: str, settings) -> ProjectContext | None:
