@@ -11,6 +11,8 @@ Per hole the file is saved with the line blank, opened with the line's indentati
 cursor (cold: a document just opened); then its first character is typed and completed again (warm). `--in-file`
 runs the in-file holes (lines that use no project import) in `file` and `index` beside a naive prompt of the same
 model run in-process afterwards: the last 1,024 prefix tokens, the first 512 suffix tokens, greedy to the line's end.
+The `ceiling` setting (asked for by name) runs the holes in-process with exactly the definitions their lines use in the
+prompt (context_ceiling.py): the most any choice of definitions can add.
 """
 from __future__ import annotations
 
@@ -25,9 +27,11 @@ import time
 from dataclasses import asdict
 from difflib import SequenceMatcher
 from pathlib import Path
+from typing import Callable
 
 from lsprotocol import types as lsp
 
+from .context_ceiling import CEILING, ceiling_rows
 from .crossfile import (
     CROSS,
     CROSS_PER_PROJECT,
@@ -273,32 +277,49 @@ def summarize(rows: list[dict]) -> dict:
 
 def run_context_bench(projects: list[tuple[str, str, Path]], settings: list[str], *, kind: str = CROSS,
                       per_project: int | None = None, seed: int = 0, pair: str = "default",
-                      server_args: tuple[str, ...] = (), env: dict | None = None, naive: bool = False) -> dict:
-    """Every setting on every project's holes; `projects` is (name, version, root). Returns the report."""
+                      server_args: tuple[str, ...] = (), env: dict | None = None, naive: bool = False,
+                      progress: Callable[[dict], None] | None = None) -> dict:
+    """Every setting on every project's holes; `projects` is (name, version, root). Returns the report;
+    `progress` gets the report so far after each server (an hour-long run stopped midway keeps what it measured)."""
     for setting in settings:
-        if setting not in SETTINGS:
-            raise ValueError(f"unknown setting {setting!r}: use {', '.join(SETTINGS)}")
+        if setting not in SETTINGS and setting != CEILING:
+            raise ValueError(f"unknown setting {setting!r}: use {', '.join([*SETTINGS, CEILING])}")
     count = per_project or (CROSS_PER_PROJECT if kind == CROSS else IN_FILE_PER_PROJECT)
     command = [sys.executable, "-m", "codecue_lsp", "--stdio", "--pair", pair, *SERVER_DEFAULTS, *server_args]
     holes, servers, rows = {}, [], []
+    released = {(p.name, p.version): p.released for p in PROJECTS}
+
+    def report() -> dict:
+        names = list(dict.fromkeys(r["setting"] for r in rows))
+        ran = [(n, v) for n, v, _ in projects if n in holes]
+        return {"pair": pair, "kind": kind, "seed": seed, "server_args": [*SERVER_DEFAULTS, *server_args],
+                "projects": [{"name": n, "version": v, "released": released.get((n, v)), "holes": len(holes[n])}
+                             for n, v in ran],
+                "summary": {s: summarize([r for r in rows if r["setting"] == s]) for s in names},
+                "per_project": {s: {n: summarize([r for r in rows if r["setting"] == s and r["project"] == n])
+                                    for n, _ in ran if any(r["project"] == n for r in rows)} for s in names},
+                "servers": list(servers), "holes": [asdict(h) for hs in holes.values() for h in hs],
+                "rows": list(rows)}
+
     for name, version, root in projects:
         holes[name] = select_holes(name, version, root, kind, count, seed)
-        for setting in settings:
+        for setting in (s for s in settings if s in SETTINGS):
             run = asyncio.run(run_setting(root, holes[name], setting, command, env))
             rows.extend(run.pop("rows"))
             servers.append(dict(run, project=name))
+            if progress is not None:
+                progress(report())
     every = [h for project_holes in holes.values() for h in project_holes]
+    roots = {name: root for name, _, root in projects}
     if naive:
-        rows.extend(naive_rows({name: root for name, _, root in projects}, every, pair))
-    names = list(dict.fromkeys(r["setting"] for r in rows))
-    released = {(p.name, p.version): p.released for p in PROJECTS}
-    return {"pair": pair, "kind": kind, "seed": seed, "server_args": [*SERVER_DEFAULTS, *server_args],
-            "projects": [{"name": n, "version": v, "released": released.get((n, v)), "holes": len(holes[n])}
-                         for n, v, _ in projects],
-            "summary": {s: summarize([r for r in rows if r["setting"] == s]) for s in names},
-            "per_project": {s: {n: summarize([r for r in rows if r["setting"] == s and r["project"] == n])
-                                for n, _, _ in projects} for s in names},
-            "servers": servers, "holes": [asdict(h) for h in every], "rows": rows}
+        rows.extend(naive_rows(roots, every, pair))
+    if CEILING in settings:
+        rows.extend(ceiling_rows(roots, every, pair, score))
+    return report()
+
+
+def write_json(path: str, report: dict) -> None:
+    Path(path).write_text(json.dumps(report, indent=2))
 
 
 def print_summary(report: dict) -> None:
@@ -321,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="codecue-bench context", description=__doc__.split("\n")[0])
     parser.add_argument("--pair", default="default")
-    parser.add_argument("--settings", help="comma-separated of file,tabs,index (default: all; --in-file: file,index)")
+    parser.add_argument("--settings", help="comma-separated of file,tabs,index,ceiling (default: file,tabs,index; "
+                                           "--in-file: file,index)")
     parser.add_argument("--projects", help="comma-separated PyPI names (default: all of crossfile.PROJECTS)")
     parser.add_argument("--limit", type=int, help="at most N holes per project")
     parser.add_argument("--in-file", action="store_true",
@@ -338,9 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     projects = [(p.name, p.version, fetch_project(p, args.cache)) for p in PROJECTS if p.name in wanted]
     settings = (args.settings or ("file,index" if args.in_file else ",".join(SETTINGS))).split(",")
     report = run_context_bench(projects, settings, kind=IN_FILE if args.in_file else CROSS, per_project=args.limit,
-                               seed=args.seed, pair=args.pair, server_args=tuple(server_args), naive=args.in_file)
+                               seed=args.seed, pair=args.pair, server_args=tuple(server_args), naive=args.in_file,
+                               progress=(lambda so_far: write_json(args.json, so_far)) if args.json else None)
     print_summary(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        write_json(args.json, report)
         print(f"wrote {args.json}")
     return 0

@@ -9,6 +9,7 @@ import os
 import pytest
 from lsprotocol import types as lsp
 
+from codecue_bench.context_ceiling import HoleDefinitions, ceiling_rows
 from codecue_bench.context_bench import (
     NAIVE_PREFIX_TOKENS,
     NAIVE_SUFFIX_TOKENS,
@@ -212,22 +213,28 @@ def test_summary_means_and_percentiles():
     assert s["warm_answered_by"] == {"engine": 1, "typethrough": 1}
 
 
-def test_the_benchmark_runs_every_setting_through_the_server(project, tiny_pair_env):
+def test_the_benchmark_runs_every_setting_through_the_server(project, tiny_pair_env, monkeypatch):
+    for key, value in tiny_pair_env.items():  # the ceiling runs in this process
+        monkeypatch.setenv(key, value)
     before = {path: (project / path).read_text() for path in PROJECT}
     env = dict(os.environ, **tiny_pair_env, OMP_NUM_THREADS="1")
-    report = run_context_bench([("synth", "0", project)], ["file", "tabs", "index"], per_project=2, pair="tiny",
-                               env=env)
+    so_far = []
+    report = run_context_bench([("synth", "0", project)], ["file", "tabs", "index", "ceiling"], per_project=2,
+                               pair="tiny", env=env, progress=so_far.append)
+    # After each server the report so far (a run stopped midway keeps it); the in-process ceiling comes last.
+    assert [sorted(r["summary"]) for r in so_far] == [["file"], ["file", "tabs"], ["file", "index", "tabs"]]
+    assert [len(r["rows"]) for r in so_far] == [2, 4, 6]
     # The cached project is never written: each server works on a copy.
     assert {path: (project / path).read_text() for path in PROJECT} == before
     holes = report["holes"]
     assert len(holes) == 2 and all(h["kind"] == CROSS and h["files"] for h in holes)
     assert report["projects"] == [{"name": "synth", "version": "0", "released": None, "holes": 2}]
-    assert list(report["summary"]) == ["file", "tabs", "index"] == list(report["per_project"])
+    assert list(report["summary"]) == ["file", "tabs", "index", "ceiling"] == list(report["per_project"])
     assert all(s["warmup_ms"] > 0 and s["load_s"] > 0 for s in report["servers"])
     assert [(s["project"], s["setting"]) for s in report["servers"]] == [("synth", "file"), ("synth", "tabs"),
                                                                            ("synth", "index")]
-    rows = report["rows"]
-    assert len(rows) == 6
+    rows, ceiling = report["rows"][:6], report["rows"][6:]
+    assert [(r["setting"], r["path"], r["line"]) for r in ceiling] == [("ceiling", h["path"], h["line"]) for h in holes]
     for row, hole in zip(rows, holes * 3):
         assert (row["path"], row["line"], row["expected"]) == (hole["path"], hole["line"], hole["expected"])
         # The tabs setting opened the files defining the line's names before the holed file; the others only it.
@@ -238,8 +245,10 @@ def test_the_benchmark_runs_every_setting_through_the_server(project, tiny_pair_
         assert row["warm_answer"].startswith(hole["expected"][:len(hole["indent"]) + 1])
         assert row["warm_answered_by"] in ("engine", "typethrough")
         assert row["exact"] == (row["answer"].rstrip() == hole["expected"].rstrip())
-    for summary in report["summary"].values():
-        assert summary["holes"] == 2 and 0.0 <= summary["exact"] <= 1.0 and summary["cold_ms"]["p50"] > 0
+    for setting in ("file", "tabs", "index"):
+        summary = report["summary"][setting]
+        assert summary["exact"] == sum(r["exact"] for r in rows if r["setting"] == setting) / 2
+        assert summary["holes"] == 2 and summary["cold_ms"]["p50"] > 0
         assert summary["warm_ms"]["p50"] > 0 and sum(summary["warm_answered_by"].values()) == 2
 
 
@@ -275,6 +284,33 @@ def test_naive_rows_answer_the_in_file_holes_to_the_end_of_the_line(project, mon
     for row, hole in zip(rows, holes):
         assert "\n" not in row["answer"] and row["answer"].startswith(hole.indent)
         assert row["exact"] == score(row["answer"], hole.expected)[0] and row["prompt_tokens"] > 3
+
+
+def test_the_ceiling_shows_exactly_the_definitions_the_line_uses(project):
+    from codecue_lsp.context.index import WorkspaceIndex
+
+    index = WorkspaceIndex([str(project)], languages=("python",), cache_dir=None)
+    index.build()
+    for hole in select_holes("synth", "0", project, CROSS, count=10):
+        snippets = HoleDefinitions(index, hole).snippets(hole.path, "python", "", 0, 0)
+        wanted = {n.split(".")[-1] for n in hole.names}
+        assert {s.name for s in snippets} == wanted, hole
+        assert {s.path for s in snippets} <= set(hole.files)
+        assert all(s.text.lstrip().startswith(("def ", "class ", s.name)) for s in snippets)
+
+
+def test_ceiling_rows_complete_every_cross_file_hole_with_its_definitions(project, monkeypatch, tiny_pair_env):
+    for key, value in tiny_pair_env.items():
+        monkeypatch.setenv(key, value)
+    holes = select_holes("synth", "0", project, CROSS, count=2)
+    before = {h.path: (project / h.path).read_text() for h in holes}
+    rows = ceiling_rows({"synth": project}, holes, "tiny", score)
+    assert [(r["path"], r["line"], r["setting"]) for r in rows] == [(h.path, h.line, "ceiling") for h in holes]
+    for row, hole in zip(rows, holes):
+        assert "\n" not in row["answer"] and row["answer"].startswith(hole.indent)
+        assert row["exact"] == score(row["answer"], hole.expected)[0]
+        assert set(row["context_files"]) == set(hole.files) and row["context_tokens"] > 0
+    assert {h.path: (project / h.path).read_text() for h in holes} == before  # the project is left as it was
 
 
 class FakeStats:

@@ -99,7 +99,7 @@ def imported_definitions(index, language_id: str, path: str, text: str, names: s
             if definition is None or (definition.path, definition.qualified) in seen:
                 continue
             seen.add((definition.path, definition.qualified))
-            out.append(_definition_snippet(definition, score))
+            out.append(definition_snippet(definition, score))
     return out
 
 
@@ -113,7 +113,7 @@ def called_definitions(index, path: str, names: set[str], near: str, taken: set[
             continue
         definition = _unique(index, name, exclude=path)
         if definition is not None:
-            out.append(_definition_snippet(definition, CALLED_SCORE))
+            out.append(definition_snippet(definition, CALLED_SCORE))
     return out
 
 
@@ -171,23 +171,27 @@ def _unique(index, name: str, exclude: str):
     return methods[0] if len(methods) == 1 else None
 
 
-def _definition_snippet(definition, score: float) -> Snippet:
+def definition_snippet(definition, score: float) -> Snippet:
     text = definition.signature
-    if definition.doc and definition.doc not in text:
-        indent = "    " if text.rstrip().endswith((":", "...")) else ""
-        text = _with_doc(text, definition.doc, indent)
+    if definition.doc and definition.doc not in text and definition.path.endswith((".py", ".pyi")):
+        text = with_doc(text, definition.doc)
     return Snippet(definition.path, text, score, "definition", definition.line, definition.end_line, definition.name)
 
 
-def _with_doc(signature: str, doc: str, indent: str) -> str:
-    """A Python signature keeps its first docstring line under the header (`def f(x):` / `    \"\"\"doc\"\"\"`)."""
+def with_doc(signature: str, doc: str) -> str:
+    """A Python signature keeps its first docstring line under its header, indented as the body is:
+    `def f(x): ...` becomes `def f(x):` / `    \"\"\"doc\"\"\"` / `    ...`; a header over several lines gets it
+    after the line that ends it. Anything else (a brace language's signature) is left as it is."""
     lines = signature.split("\n")
-    header = lines[0]
-    if header.endswith(" ..."):
-        header = header[:-4]
-        return "\n".join([header, f'{indent}"""{doc}"""', f"{indent}..."] + lines[1:])
-    if header.endswith(":"):
-        return "\n".join([header, f'{indent}"""{doc}"""'] + lines[1:])
+    for i, line in enumerate(lines):
+        stripped = line.rstrip()
+        elided = stripped.endswith(": ...")
+        if not (elided or stripped.endswith(":")):
+            continue
+        indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())] + "    "
+        header = stripped[:-4] if elided else line
+        body = [f'{indent}"""{doc}"""'] + ([f"{indent}..."] if elided else [])
+        return "\n".join(lines[:i] + [header] + body + lines[i + 1:])
     return signature
 
 
