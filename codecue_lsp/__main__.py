@@ -52,6 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
     parser.add_argument("--remote-model", help="model name for --engine URL (default: the first one /v1/models lists)")
+    parser.add_argument("--remote-server", choices=("auto", "vllm", "llama-server", "openai"),
+                        help="what serves --engine URL (default auto: asked; vLLM gets stop token ids)")
+    parser.add_argument("--ca-bundle", metavar="PEM",
+                        help="CA certificates trusted for an https engine besides the OS trust store")
+    parser.add_argument("--header-env", action="append", metavar="HEADER=VARIABLE",
+                        help="send HEADER with the value of environment variable VARIABLE (a gateway's key); "
+                             "repeatable")
     parser.add_argument("--torch-prefill", choices=("auto", "on", "off"),
                         help="a llama.cpp target's long prompts prefilled in torch int8 (default auto: where the "
                              "calibration measured it faster; overrides $CODECUE_TORCH_PREFILL)")
@@ -72,7 +79,8 @@ def cli_settings(args: argparse.Namespace) -> dict:
         "cold_prompt_tokens": args.cold_prompt_tokens, "prepare_at_cursor": args.prepare_at_cursor,
         "enabled_languages": args.languages,
         "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
-        "remote_model": args.remote_model,
+        "remote_model": args.remote_model, "remote_server": args.remote_server, "remote_ca_bundle": args.ca_bundle,
+        "remote_headers_env": args.header_env,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -139,17 +147,23 @@ def check(settings) -> int:
 def check_remote(settings) -> int:
     """Ask the endpoint for its models, then complete CHECK_DOCUMENT once. 0 = working."""
     from .prompt import OpenDocument
+    from .redact import scrub
     from .remote import build_remote_completer
     from .remote_endpoint import describe
 
     print(f"codecue-lsp --check: engine {settings.engine} (FIM template of pair {settings.pair!r})", flush=True)
     try:
         completer = build_remote_completer(settings, None)
-        backend = completer.engine
+    except Exception as exc:
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        return 2
+    backend = completer.engine
+    try:
         t0 = time.perf_counter()
         model = backend.model_name()
     except Exception as exc:
-        print(f"error: {settings.engine} did not answer GET /models: {describe(exc)}", file=sys.stderr)
+        print(f"error: {settings.engine} did not answer GET /models: {scrub(describe(exc), backend.secrets)}",
+              file=sys.stderr)
         return 2
     print(f"model {model!r} ({(time.perf_counter() - t0) * 1000:.0f} ms)")
     doc = OpenDocument(uri="file:///codecue-check.py", language_id="python", text=CHECK_DOCUMENT)
@@ -174,15 +188,17 @@ def main(argv=None) -> int:
         return 0
     settings_in = cli_settings(args)
     from .config import parse_setting
+    from .redact import redact_urls
 
-    for flag, key in (("--prompt-tokens", "prompt_tokens"), ("--cold-prompt-tokens", "cold_prompt_tokens")):
-        value = getattr(args, key)
+    for flag, key in (("--prompt-tokens", "prompt_tokens"), ("--cold-prompt-tokens", "cold_prompt_tokens"),
+                      ("--engine", "engine"), ("--header-env", "remote_headers_env")):
+        value = settings_in.get(key)
         if value is None:
             continue
         try:
             parse_setting(key, value)
-        except (TypeError, ValueError) as exc:
-            print(f"codecue-lsp: {flag}: {exc}, not {value!r}", file=sys.stderr)
+        except (TypeError, ValueError) as exc:  # a URL's credentials are never printed back
+            print(f"codecue-lsp: {flag}: {exc}, not {redact_urls(repr(value))}", file=sys.stderr)
             return 2
     try:  # the engine's options: the environment's, then the engine flags (codecue_lsp/config.py)
         options.use(engine_options(args.torch_prefill, args.prefill_chunk))

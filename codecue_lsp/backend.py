@@ -34,6 +34,11 @@ class Completion:
     token_probs: list[float] | None = None  # each token's probability, in token_ids' order; None: not known
     error: str | None = None  # why, when the outcome is "failed"
     stats: CompletionStats = field(default_factory=CompletionStats)
+    reported_tokens: int | None = None  # tokens generated, where token_ids does not list them (a remote engine's count)
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.token_ids) if self.reported_tokens is None else self.reported_tokens
 
     @classmethod
     def from_engine(cls, result: CompletionResult) -> Completion:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,17 @@ from typing import Any, Mapping
 from engine.options import EngineOptions, parse_prefill_chunk
 from engine.paths import codecue_home
 
+from .redact import has_credentials, redact_urls
+
 logger = logging.getLogger(__name__)
 
 CONFIG_SECTION = "codecue"
 DRAFTERS = ("auto", "none", "draft", "lookup", "hybrid")  # auto: by expected gain on this machine
 # Settings that only take effect when the model pair is loaded; changing them later needs a restart.
 LOAD_SETTINGS = ("pair", "device", "dtype", "engine")
+# Where code and keys go, which file is read or written: a workspace's configuration (a repository's
+# .vscode/settings.json, say) cannot set them; only the command line or initializationOptions do.
+USER_ONLY_SETTINGS = ("engine", "api_key_env", "log_file", "remote_ca_bundle", "remote_headers_env")
 # Larger documents get no completions and no syntax tree: generated or data files, not code being typed.
 MAX_DOCUMENT_CHARS = 1_000_000
 DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust",
@@ -67,6 +73,15 @@ class Settings:
     api_key_env: str = "CODECUE_API_KEY"  # the env var that holds the API key (the key itself is never a setting)
     remote_connect_timeout_s: float = 3.0
     remote_read_timeout_s: float = 10.0  # longest wait for the next streamed chunk
+    remote_deadline_s: float = 60.0  # longest a whole remote request may take (retries, waits): a slow CPU engine too
+    # A PEM file of CA certificates trusted for an https engine besides the OS trust store (a company's proxy).
+    remote_ca_bundle: str | None = None
+    # Request headers for a gateway, each value from the environment variable named here (("X-API-Key", "VAR"),):
+    # a setting names the variable, never holds the value.
+    remote_headers_env: tuple[tuple[str, str], ...] = ()
+    # What serves the engine URL: auto (asked: /v1/models owned_by, /props), vllm, llama-server or openai (any
+    # other OpenAI-compatible server). vLLM gets stop token ids, the others stop strings (remote_server.py).
+    remote_server: str = "auto"
     # Project context (codecue_lsp/context/): other files of the workspace in the prompt, from an index of the
     # workspace folders. Off: the current file and the open documents' outlines only.
     context: bool = True
@@ -105,8 +120,39 @@ class Settings:
             try:
                 changes[key] = _PARSERS[key](value)
             except (TypeError, ValueError) as exc:
-                logger.warning("ignoring setting %s=%r: %s", raw_key, value, exc)
+                logger.warning("ignoring setting %s=%s: %s", raw_key, _shown(key, value), exc)
         return dataclasses.replace(self, **changes)
+
+
+def workspace_layer(workspace: Any, trusted: Settings) -> Any:
+    """The workspace's configuration without the user-only settings that differ from `trusted` (the flags' and
+    initializationOptions'); each one dropped is logged by name (its value may hold a secret)."""
+    if not isinstance(workspace, Mapping):
+        return workspace  # merged() logs what is not an object
+    if isinstance(workspace.get(CONFIG_SECTION), Mapping):  # the same section merged() reads
+        workspace = workspace[CONFIG_SECTION]
+    kept = {}
+    for raw_key, value in workspace.items():
+        key = snake_case(str(raw_key))
+        if key in USER_ONLY_SETTINGS and value is not None and not _same(key, value, getattr(trusted, key)):
+            logger.warning("ignoring %s from the workspace configuration: only the command line or the "
+                           "initializationOptions set it", raw_key)
+            continue
+        kept[raw_key] = value
+    return kept
+
+
+def _same(key: str, value: Any, trusted: Any) -> bool:
+    try:
+        return _PARSERS[key](value) == trusted
+    except (TypeError, ValueError):
+        return False  # an unparsable value never matches
+
+
+def _shown(key: str, value: Any) -> str:
+    """A refused setting's value for the log: a URL without its credentials; a header map not at all (a value
+    pasted where a variable name belongs is a secret)."""
+    return "(not shown)" if key == "remote_headers_env" else redact_urls(repr(value))
 
 
 def parse_setting(key: str, value: Any) -> Any:
@@ -208,6 +254,9 @@ def _engine(value: Any) -> str:
     value = _text(value)
     if value != "local" and not value.startswith(("http://", "https://")):
         raise ValueError("expected 'local' or an http(s):// base URL such as http://127.0.0.1:8080/v1")
+    if has_credentials(value):  # a URL is shown and logged in many places: a key never goes in one
+        raise ValueError("the URL holds credentials (user:password@); give the key in the environment variable "
+                         "that apiKeyEnv names (CODECUE_API_KEY by default) and the URL without them")
     return value.rstrip("/")
 
 
@@ -218,6 +267,33 @@ def _seconds(value: Any) -> float:
     if not 0.05 <= number <= 600:
         raise ValueError("expected 0.05..600 seconds")
     return number
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROTOCOL_HEADERS = {"host", "content-length", "content-type", "transfer-encoding", "connection"}
+
+
+def _headers_env(value: Any) -> tuple[tuple[str, str], ...]:
+    """{"X-API-Key": "GATEWAY_KEY"} or ["X-API-Key=GATEWAY_KEY"]: header names and the variables holding values."""
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(v, str) and "=" in v for v in value):
+            raise TypeError("expected NAME=VARIABLE entries")
+        value = dict(v.split("=", 1) for v in value)
+    if not isinstance(value, Mapping):
+        raise TypeError("expected an object of header name: environment variable")
+    pairs = []
+    for name, variable in value.items():
+        name, variable = str(name).strip(), str(variable).strip()
+        if not _HEADER_NAME.match(name) or name.lower() in _PROTOCOL_HEADERS:
+            raise ValueError(f"{name!r} is not a header a gateway can take")
+        if not _VARIABLE.match(variable):  # not echoed: a value pasted here is a secret
+            raise ValueError(f"the {name} entry is not an environment variable name (the value stays in the "
+                             f"environment, never in a setting)")
+        pairs.append((name, variable))
+    return tuple(pairs)
 
 
 _PARSERS = {
@@ -241,6 +317,10 @@ _PARSERS = {
     "api_key_env": _text,
     "remote_connect_timeout_s": _seconds,
     "remote_read_timeout_s": _seconds,
+    "remote_deadline_s": _seconds,
+    "remote_ca_bundle": _text,
+    "remote_headers_env": _headers_env,
+    "remote_server": _one_of(("auto", "vllm", "llama-server", "openai")),
     "context": _flag,
     "context_tokens": _context_tokens,
     "exclude_globs": _globs,
@@ -248,6 +328,7 @@ _PARSERS = {
     "index_cache": _flag,
 }
 assert set(_PARSERS) == {f.name for f in dataclasses.fields(Settings)}
+assert set(USER_ONLY_SETTINGS) <= set(_PARSERS)
 
 
 def restart_needed(old: Settings, new: Settings) -> list[str]:
@@ -293,6 +374,17 @@ def context_cache_dir() -> Path:
 def api_key(variable: str) -> str | None:
     """The remote engine's API key, from the environment variable the `apiKeyEnv` setting names (never a setting)."""
     return os.environ.get(variable) or None
+
+
+def header_values(headers_env: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The gateway headers' values, each from its environment variable; an unset variable is logged by name."""
+    values = {}
+    for name, variable in headers_env:
+        if os.environ.get(variable):
+            values[name] = os.environ[variable]
+        else:
+            logger.warning("header %s not sent: the environment variable %s is not set", name, variable)
+    return values
 
 
 STEP_DELAY_ENV = "CODECUE_TEST_STEP_DELAY_MS"

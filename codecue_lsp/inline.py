@@ -90,6 +90,9 @@ async def inline_completion(ls, params: lsp.InlineCompletionParams) -> lsp.Inlin
         if not ticket.live or ls.current_version(snap.uri) != snap.version:
             tel.count("stale")
             return empty()
+        if completion.outcome == "failed":  # nothing to show, nor to remember for type-through
+            tel.count("failed")
+            return empty()
         text = ls.completer.finish(prepared, completion)
         ls.typethrough.remember(snap.uri, prefix, line_suffix, text)
         plan = ls.background.engine_answered(snap, cursor, character_utf16, prepared, completion, text)

@@ -8,9 +8,11 @@ remote_endpoint.RemoteBackend sends it (streaming, retries, cancel, health).
 The prompt goes as token ids when the pair's tokenizer.json is here (`codecue-models fetch`): user text encoded with
 special-token strings split (`<|fim_prefix|>` typed in a file is ordinary text), each template marker as its one
 special id, the ids the local engine would use (Engine.encode_prompt). /v1/completions takes `"prompt": [ids]`
-(llama-server, vLLM). Without the tokenizer the prompt is one string with the markers written out; the server
-tokenizes it with special tokens on (which the markers need), so marker strings inside the user's own text also
-become control tokens there (llama-server has no split-special option), and a warning says so once.
+(llama-server, vLLM); the engine's /tokenize is asked once for a probe's ids first (vocabulary_probe), and an engine
+whose ids differ gets the prompt as text instead (RemotePrepared.text). Without the tokenizer the prompt is one
+string with the markers written out; the server tokenizes it with special tokens on (which the markers need), so
+marker strings inside the user's own text also become control tokens there (llama-server has no split-special
+option), and a warning says so once.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
 from .prompt.sizing import context_total
 from .prompt.sizing import DEFAULT_TOTAL, prompt_total
 from .remote_endpoint import RemoteBackend, RemotePrepared
+from .remote_server import VocabularyProbe
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +107,10 @@ class RemoteCompleter(CompletionBackend):
                              budget=budget_for(total, context=context_total(settings, total)), syntax=self.syntax,
                              previous=self.layouts.get(doc.uri), project=project)
         self.layouts.remember(built.layout)
-        prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else render_prompt(built.pieces)
+        text = render_prompt(built.pieces)
+        prompt = self.encoder.encode_prompt(built.pieces) if self.encoder else text
         return RemotePrepared(built=built, prompt=prompt, max_tokens=settings.max_tokens,
-                              stop=make_stop_predicate(built))
+                              stop=make_stop_predicate(built), text=text)
 
     def prompt_tokens(self, settings: Settings) -> int:
         """"auto" is the default here: a serving engine's prefill rate is not measured (GPUs prefill it in ms)."""
@@ -185,6 +189,17 @@ def estimate_tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
+# Markers around code with non-ASCII text: an engine of another vocabulary tokenizes it differently.
+PROBE_CODE = "def größe(x):\n    return x  # 数字 → ✓\n"
+
+
+def vocabulary_probe(encoder: PromptEncoder, fim) -> VocabularyProbe:
+    """The probe the endpoint's /tokenize must give the same ids for before token-id prompts are trusted there."""
+    pieces = [("special", fim.prefix), ("text", PROBE_CODE), ("special", fim.suffix), ("text", "\n"),
+              ("special", fim.middle)]
+    return VocabularyProbe(render_prompt(pieces), tuple(encoder.encode_prompt(pieces)), encoder.name)
+
+
 def build_remote_completer(settings: Settings, syntax: SyntaxCache | None = None) -> RemoteCompleter:
     """The pair's target family gives the FIM template (models.toml) and the tokenizer for budgets and prompt ids;
     no weights load. The served model must share that tokenizer (true within a family: Qwen2.5-Coder 0.5B..32B)."""
@@ -205,5 +220,9 @@ def build_remote_completer(settings: Settings, syntax: SyntaxCache | None = None
                        settings.engine, target.name, fim.prefix, CHARS_PER_TOKEN)
     backend = RemoteBackend(settings.engine, model=settings.remote_model, api_key_env=settings.api_key_env,
                             connect_timeout_s=settings.remote_connect_timeout_s,
-                            read_timeout_s=settings.remote_read_timeout_s, stop=fim_markers(fim))
+                            read_timeout_s=settings.remote_read_timeout_s, deadline_s=settings.remote_deadline_s,
+                            stop=fim_markers(fim), stop_token_ids=target.stop_token_ids,
+                            server=settings.remote_server, ca_bundle=settings.remote_ca_bundle,
+                            headers_env=settings.remote_headers_env, count_tokens=count,
+                            probe=vocabulary_probe(encoder, fim) if encoder is not None else None)
     return RemoteCompleter(backend, fim, count, syntax, encoder)

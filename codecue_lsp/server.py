@@ -33,6 +33,7 @@ from .config import (
     quiet_progress_bars,
     quiet_pygls,
     restart_needed,
+    workspace_layer,
 )
 from .context.service import ProjectService
 from .documents import use_lsp_lines
@@ -100,10 +101,11 @@ class CodeCueServer(LanguageServer):
         logger.error("server error (%s): %s", getattr(source, "__name__", source), error)
 
     # --- settings ----------------------------------------------------------------------------------------------
-    def apply_settings(self, *layers) -> None:
-        new = Settings()
-        for layer in (*layers, self.cli_settings):
-            new = new.merged(layer)
+    def apply_settings(self, workspace=None) -> None:
+        """Defaults, then initializationOptions, the workspace's configuration and the flags (later win)."""
+        base = Settings().merged(self.initialization_options)
+        trusted = base.merged(self.cli_settings)  # what the workspace's user-only settings must match
+        new = base.merged(workspace_layer(workspace, trusted)).merged(self.cli_settings)
         if self.ready and (changed := restart_needed(self.settings, new)):
             logger.warning("settings %s take effect after a restart", ", ".join(changed))
         if new.log_level != self.settings.log_level:
@@ -223,13 +225,13 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     def on_initialize(ls: CodeCueServer, params: lsp.InitializeParams) -> None:
         use_lsp_lines(ls.workspace)  # pygls' own line split is not LSP's (documents.py)
         ls.initialization_options = params.initialization_options
-        ls.apply_settings(params.initialization_options)
+        ls.apply_settings()
         ls.workspace_roots = project_wiring.workspace_roots(params)
 
     @server.feature(lsp.INITIALIZED)
     async def on_initialized(ls: CodeCueServer, params: lsp.InitializedParams) -> None:
         workspace_settings = await ls.pull_configuration()
-        ls.apply_settings(ls.initialization_options, workspace_settings)
+        ls.apply_settings(workspace_settings)
         ls._load_task = asyncio.ensure_future(load_models(ls))
         await project_wiring.start_index(ls)
 
@@ -237,7 +239,7 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
     async def on_configuration(ls: CodeCueServer, params: lsp.DidChangeConfigurationParams) -> None:
         pulled = await ls.pull_configuration()
         before = ls.settings
-        ls.apply_settings(ls.initialization_options, pulled if pulled is not None else params.settings)
+        ls.apply_settings(pulled if pulled is not None else params.settings)
         if project_wiring.index_settings_changed(before, ls.settings):
             await project_wiring.start_index(ls)  # what is indexed changed: index again (the cache keeps it cheap)
 

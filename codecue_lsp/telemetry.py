@@ -14,6 +14,8 @@ LATENCY_WINDOW = 2000  # latency percentiles cover the last this many requests (
 
 COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
             "shown", "accepted", "rejected", "errors",
+            # the backend could not answer (a remote engine down, a 5xx, a timeout): not a cancel, not an answer
+            "failed",
             # the line after a taken suggestion or a resting cursor's line, written in the background (next_line.py):
             # started (of them: at a rest), written, answered
             "next_line_started", "next_line_at_rest", "next_line_ready", "next_line_hits",
@@ -48,7 +50,7 @@ class EngineTotals:
         self.drafted += stats.drafted
         self.accepted += stats.accepted
         self.target_passes += stats.target_passes
-        self.generated_tokens += len(completion.token_ids)
+        self.generated_tokens += completion.generated_tokens
         self.prompt_tokens_reused += stats.reused_prompt_tokens
         self.prompt_tokens_new += stats.new_prompt_tokens
 

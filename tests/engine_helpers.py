@@ -20,16 +20,14 @@ STOP_IDS = (0, 1, 2, 3, 4, 5, 6, 7)  # the tiny tokenizer's special tokens
 
 
 def kernel_marches() -> list[str]:
-    """The builds of the vnni extension this CPU can run: its own ("native"), and on a CPU with AVX-512 VNNI also the
-    AVX2 one (x86-64-v3) a CPU without AVX-512 would build and the AVX-VNNI path (Intel's client CPUs) through the
-    same instruction's AVX-512 form (engine/weights/vnni.py: EMULATED_MARCHES), so that every vector path is tested on
-    one machine."""
+    """The builds of the vnni extension this CPU can run, one per vector path (engine/weights/vnni.py:
+    runnable_marches): tests parametrized over them run every path this CPU has, not only its native one."""
     from pathlib import Path
 
-    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
-    if not {"avx512f", "avx512bw", "avx512_vnni", "avx2", "fma", "f16c"} <= flags:
-        return ["native"]
-    return ["native", "x86-64-v3"] + (["avx-vnni-on-avx512"] if "avx512vl" in flags else [])
+    from engine.weights import vnni
+
+    cpuinfo = Path("/proc/cpuinfo")
+    return vnni.runnable_marches(cpuinfo.read_text().split() if cpuinfo.exists() else ())
 
 
 @lru_cache(maxsize=None)

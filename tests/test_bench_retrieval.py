@@ -63,7 +63,7 @@ def test_evaluate_scores_recall_and_times(retriever):
     # The first two queries share database_path/record_id/connection with store.py: its chunk comes first.
     assert row["recall@1"] == pytest.approx(2 / 3)
     assert row["recall@5"] >= row["recall@3"] >= row["recall@1"]
-    assert row["build_s"] >= 0 and row["query_ms_mean"] >= 0
+    assert row["build_s"] > 0 and row["query_ms_mean"] > 0  # measured, not left at zero
 
 
 def test_pooled_weights_projects_by_cases():

@@ -187,12 +187,15 @@ def test_definition_rows():
     assert lines[rows["parse"][0]].startswith("def parse")
 
 
-@pytest.mark.parametrize("language, text", [
-    ("python", "def broken(:\n    pass\nclass"), ("cobol", "IDENTIFICATION DIVISION."), ("python", ""),
-    ("c", "#define\n#if\nint (((("), ("python", "\0\ud800 weird"),
+@pytest.mark.parametrize("language, text, names", [
+    ("python", "def broken(:\n    pass\nclass", ["broken"]), ("cobol", "IDENTIFICATION DIVISION.", []),
+    ("python", "", []), ("c", "#define\n#if\nint ((((", []), ("python", "\0\ud800 weird", []),
 ])
-def test_bad_input_never_raises(language, text):
-    assert isinstance(extract("x", language, text), tuple)
+def test_bad_input_never_raises(language, text, names):
+    """Broken code still gives the definitions tree-sitter recovers, inside the text; the rest gives none."""
+    found = extract("x", language, text)
+    assert [d.name for d in found] == names
+    assert all(0 <= d.line <= d.end_line <= text.count("\n") for d in found)
 
 
 def test_a_big_class_snippet_is_bounded():
@@ -284,15 +287,19 @@ def test_update_of_an_excluded_or_outside_file_is_refused(repo):
     assert index.paths() == {"app/main.py", "app/util.py"}
 
 
-def test_update_of_a_saved_file_is_fast(repo):
+def test_update_of_a_saved_file_parses_that_file_alone(repo, monkeypatch):
+    """A save costs one file's parse, not a walk of the workspace; its speed (100 ms is the target) is measured by
+    codecue-bench index, not asserted here on a machine of unknown speed."""
     index = WorkspaceIndex([repo])
     index.build()
     text = "".join(f"def f{i}(a, b):\n    '''Doc {i}.'''\n    return a + b * {i}\n\n" for i in range(300))
     path = _write(os.path.join(repo, "app", "big.py"), text)  # ~1,200 lines
     index.update(path)  # the first one loads the grammar
-    start = time.perf_counter()
+    parsed, real_index_file = [], index._index_file
+    monkeypatch.setattr(index, "_index_file", lambda rel, *a: parsed.append(rel) or real_index_file(rel, *a))
     assert index.update(path)
-    assert time.perf_counter() - start < 0.5  # 100 ms is the target (codecue-bench index); margin for CI
+    assert parsed == ["app/big.py"]
+    assert [d.path for d in index.definitions_named("f299")] == ["app/big.py"]
 
 
 def test_refresh_changed_catches_up_without_file_watching(repo):

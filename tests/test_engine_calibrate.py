@@ -38,6 +38,20 @@ def m(role, weights, act, one, prefill=200.0, growth=0.0) -> Measurement:
     return Measurement(role, weights, act, passes(one, growth), prefill)
 
 
+class SimulatedClock:
+    """torch_timing's clock in a test: time passes only where the test says (advance), so the figures it checks do
+    not depend on how fast or busy the machine is."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def table(*measurements) -> Calibration:
     return Calibration(key={"processor": "test", "cpu_capability": "x", "threads": 2, "torch": "t"},
                        measurements=list(measurements))
@@ -183,24 +197,24 @@ def test_the_screen_times_one_token_after_the_context(monkeypatch):
     """bf16 as fast as fp32 after a one-token context but slow after the calibration's context (seen under the AVX2
     emulation: vnni in bf16, close to fp32 after one token, twice its cost after 1,024): the one-token
     pass that screens a combination runs after the context, so bf16 is recorded from it alone."""
-    import time as real_time
-
     from engine.decode.kvcache import TrackedCache
 
     monkeypatch.setattr(timing, "CONTEXT_TOKENS", 32)
     monkeypatch.setattr(timing, "PREFILL_TOKENS", 16)
     monkeypatch.setattr(timing, "probe_formats", lambda *a: {("dense", "float32"): 10.0, ("dense", "bfloat16"): 11.0})
+    clock = SimulatedClock()
+    monkeypatch.setattr(timing, "clock", clock)
     real_forward = TrackedCache.forward
 
     def forward(self, new_ids, *args, **kwargs):
-        if self.model.dtype == torch.bfloat16 and len(self.ids) >= 32:
-            real_time.sleep(0.05)  # its attention over a long context
+        slow = self.model.dtype == torch.bfloat16 and len(self.ids) >= 32  # its attention over a long context
+        clock.advance(0.05 if slow else 0.001)
         return real_forward(self, new_ids, *args, **kwargs)
     monkeypatch.setattr(TrackedCache, "forward", forward)
     rows = timing.measure_role("target", tiny_config(384, 2, hidden=64), ("dense",), ("bfloat16", "float32"))
     by_act = {r.activations: r for r in rows}
-    assert by_act["float32"].complete and by_act["float32"].pass_ms[1] < 30
-    assert not by_act["bfloat16"].complete and by_act["bfloat16"].pass_ms[1] >= 50
+    assert by_act["float32"].complete and by_act["float32"].pass_ms[1] == pytest.approx(1.0)
+    assert not by_act["bfloat16"].complete and by_act["bfloat16"].pass_ms == {1: pytest.approx(50.0)}
 
 
 @pytest.mark.parametrize("limit_s,calls", [(1.0, 2), (0.3, 1)])
@@ -209,9 +223,9 @@ def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch, limit_s, ca
     over the passes' small budget still gets its second call, as llama.cpp's rows get a warm-up, or torch rows lose
     prefill speed llama.cpp's keep. Only a first call over PREFILL_SECOND_CALL_S (seconds: the default is 6) goes
     without."""
-    import time as real_time
-
     monkeypatch.setattr(timing, "PREFILL_SECOND_CALL_S", limit_s)
+    clock = SimulatedClock()
+    monkeypatch.setattr(timing, "clock", clock)
 
     from engine.decode.kvcache import TrackedCache
 
@@ -223,12 +237,12 @@ def test_a_slow_prefill_is_timed_twice_as_llama_cpps_is(monkeypatch, limit_s, ca
     def forward(self, new_ids, *args, **kwargs):
         if len(new_ids) == 16 and not self.ids:
             prefills.append(1)
-            real_time.sleep(0.5 if len(prefills) == 1 else 0.05)  # a cold first call, then a warm one
+            clock.advance(0.5 if len(prefills) == 1 else 0.05)  # a cold first call, then a warm one
         return real_forward(self, new_ids, *args, **kwargs)
     monkeypatch.setattr(TrackedCache, "forward", forward)
     model = timing.full_depth(timing.formatted(timing.slice_model(tiny_config(384, 2, hidden=64), 2), "dense"), 2)
     _, prefill_ms = timing.time_passes(model.float(), 384, widths=(1,))
-    assert len(prefills) == calls and (prefill_ms < 400 if calls == 2 else prefill_ms >= 500)
+    assert len(prefills) == calls and prefill_ms == pytest.approx(50.0 if calls == 2 else 500.0)
 
 
 @pytest.mark.parametrize("screen_s,timed", [(60.0, False), (0.0, True)])

@@ -98,7 +98,7 @@ def test_q4k_unpacks_to_exactly_gguf_pys_numbers(gguf_model):
     tensor = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.0.ffn_up.weight")
     assert tensor.tensor_type == gguf.GGMLQuantizationType.Q4_K
     q, scale, minimum = q4k_to_affine(tensor.data, FFN, HIDDEN)
-    assert q.min() >= 0 and q.max() <= 15 and q.shape == (FFN, HIDDEN)
+    assert q.shape == (FFN, HIDDEN)  # its values are 4-bit by construction (uint8 & 0x0F): the next line checks them
     rebuilt = np.repeat(scale, 32, axis=1) * q - np.repeat(minimum, 32, axis=1)
     assert np.array_equal(rebuilt.astype(np.float32), dequantize(tensor))
 

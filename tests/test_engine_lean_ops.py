@@ -34,7 +34,7 @@ def cache(kv: int, length: int, d: int, seed: int):
     return keys[:, :, :length], values[:, :, :length]
 
 
-@pytest.mark.parametrize("march", kernel_marches())  # this CPU's build, and the AVX2 one where it has AVX-512
+@pytest.mark.parametrize("march", kernel_marches())  # every vector path this CPU runs
 @pytest.mark.parametrize("d", [16, 64, 128, 24])
 @pytest.mark.parametrize("length", [9, 16, 100, 1024])
 @pytest.mark.parametrize("n", [1, 4, 9])
@@ -91,8 +91,9 @@ def test_silu_mul_gives_each_row_what_it_gives_alone(march):
         assert torch.equal(together[row:row + 1], kernel.silu_mul(gate_up[row:row + 1].clone()))
 
 
-def test_silu_mul_keeps_nan_and_rejects_an_odd_width():
-    kernel = vnni.kernel()
+@pytest.mark.parametrize("march", kernel_marches())
+def test_silu_mul_keeps_nan_and_rejects_an_odd_width(march):
+    kernel = vnni.kernel(march)
     gate_up = torch.zeros(1, 32)
     gate_up[0, 5] = float("nan")
     out = kernel.silu_mul(gate_up)

@@ -96,10 +96,32 @@ def test_vector_and_lane_by_lane_paths_give_identical_numbers(make):
     assert vnni.available() == (vnni.kernel().simd() != "none")
 
 
+# The vector path each named build runs ("native": this CPU's own); engine/weights/vnni.py: EMULATED_MARCHES.
+BUILD_PATHS = {"x86-64-v3": "avx2", "avx-vnni": "avx-vnni", "avx-vnni-on-avx512": "avx-vnni"}
+V3 = vnni.X86_64_V3_FLAGS
+AVX512 = V3 | {"avx512f", "avx512bw", "avx512_vnni", "avx512vl"}
+CPUS = [  # (which CPU, its /proc/cpuinfo flags, the builds its tests run)
+    ("no AVX2: lane by lane", {"sse4_2"}, ["native"]),
+    ("AVX2 alone (Zen 3)", V3, ["native"]),
+    ("AVX-VNNI without AVX-512 (Alder Lake)", V3 | {"avx_vnni"}, ["native", "x86-64-v3"]),
+    ("AVX-512 VNNI without AVX-VNNI (Zen 4)", AVX512, ["native", "x86-64-v3", "avx-vnni-on-avx512"]),
+    ("both (Sapphire Rapids)", AVX512 | {"avx_vnni", "amx_int8"}, ["native", "x86-64-v3", "avx-vnni"]),
+]
+
+
+@pytest.mark.parametrize("cpu,flags,builds", CPUS, ids=[c[0] for c in CPUS])
+def test_a_cpus_tests_run_every_vector_path_it_has(cpu, flags, builds):
+    """Not only the native one: an AVX-VNNI CPU without AVX-512 runs the plain AVX2 path too, an AVX-512 one both
+    others."""
+    assert vnni.runnable_marches(flags) == builds
+    paths = [BUILD_PATHS.get(b) for b in builds[1:]]
+    assert len(set(paths)) == len(paths) and None not in paths  # each build another path than native's
+
+
 @pytest.mark.parametrize("march", kernel_marches())
 @pytest.mark.parametrize("make", [int4_layer, int4_group64_layer, int4_group16_layer, int8_layer])
 def test_every_build_gives_the_lane_by_lane_numbers_for_every_pass_width(make, march):
-    """The AVX-512, AVX2 and AVX-VNNI paths (all built here where the CPU has AVX-512 VNNI) sum the same integers and
+    """The AVX-512, AVX2 and AVX-VNNI paths (each one this CPU runs: kernel_marches) sum the same integers and
     run the same float operations: bitwise the lane-by-lane numbers, rows of any pass width equal to one-token
     passes. Groups larger than 32 columns (the int8 layers' 128, a 4-bit group of 64) cross the AVX2 path's widening
     of its 16-bit sums, groups of 16 end mid-chunk; 9 is one AVX-512 tile (one integer sum per row from 3 rows),
@@ -107,7 +129,7 @@ def test_every_build_gives_the_lane_by_lane_numbers_for_every_pass_width(make, m
     layer, _ = make(48, 512, seed=7)
     x = torch.randn(40, 512, generator=torch.Generator().manual_seed(2)) * 3
     build = vnni.kernel(march)
-    assert build.simd() == {"x86-64-v3": "avx2", "avx-vnni-on-avx512": "avx-vnni"}.get(march, vnni.kernel().simd())
+    assert build.simd() == BUILD_PATHS.get(march, vnni.kernel("native").simd())
     args = (layer.packed, layer.d, layer.m, layer.out_features, layer.group, layer.bits, layer.per_channel)
     lanes = vnni.kernel().linear(x, *args, False)
     alone = torch.cat([build.linear(x[i:i + 1], *args, True) for i in range(40)])
@@ -160,9 +182,11 @@ def test_activations_round_half_to_even_and_zero_groups_alike_on_every_path(marc
         assert torch.equal(got, want), (simd, got)
 
 
-def test_a_layers_numbers_do_not_depend_on_the_thread_count():
+@pytest.mark.parametrize("march", kernel_marches())
+def test_a_layers_numbers_do_not_depend_on_the_thread_count(engine_options, march):
     """Threads take runs of blocks as they come free (the split is not fixed up front): every block is computed,
     whole, by one thread, so 1 and 2 threads give the same bits, the lane-by-lane path's."""
+    engine_options(kernel_march=march)  # the layer runs that build's path
     layer, _ = int8_layer(1024, 256, seed=11)
     x = torch.randn(9, 256, generator=torch.Generator().manual_seed(5))
     threads = torch.get_num_threads()

@@ -102,7 +102,8 @@ def test_typing_cancels_the_in_flight_request(tiny_pair_env, tmp_path):
         in_flight = "local st = require('codecue.fallback').buffers[vim.api.nvim_get_current_buf()] " \
                     "return st.inflight ~= nil"
         ed.wait_for(lambda: ed.lua(in_flight) and ed.server_stats()["requests"] >= 1, "a request in flight")
-        time.sleep(0.2)  # the server is now inside a slow engine step
+        # Inside a slow engine step, not still on its way there (only this request decodes here: nothing was shown).
+        ed.wait_for(lambda: ed.server_stats()["resources"]["engine_phase"] in ("draft", "verify"), "a decode step")
         ed.type("y")
         stats = ed.wait_for(lambda: (s := ed.server_stats())["cancelled"] >= 1 and s, "the server to count a cancel")
         assert ed.client_stats()["cancelled"] >= 1

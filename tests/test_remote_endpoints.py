@@ -98,7 +98,10 @@ async def test_500_is_retried_then_empty_and_reported():
     endpoint = FakeEndpoint("500")
     try:
         async with running_server({}, "--engine", endpoint.url) as client:
-            await complete_twice_and_check(client, endpoint.url, "500")
+            current = await complete_twice_and_check(client, endpoint.url, "500")
+            # Counted as failures, not as answers nor as cancels (issue 63, item 5).
+            assert (current["failed"], current["completed"], current["cancelled"]) == (2, 0, 0)
+            assert (current["engine"]["failed"], current["engine"]["cancelled"]) == (2, 0)
         assert endpoint.posts == 6  # two requests, each tried three times (the default retry policy)
     finally:
         endpoint.close()

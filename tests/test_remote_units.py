@@ -42,6 +42,7 @@ def sse(*texts: str, finish: str = "stop") -> bytes:
 
 def backend(handler, **kwargs) -> RemoteBackend:
     kwargs.setdefault("model", "m")
+    kwargs.setdefault("server", "openai")  # nothing to ask the server first (test_remote_vllm.py asks)
     kwargs.setdefault("retry", RetryPolicy(attempts=3, backoff_s=0.001))
     return RemoteBackend("http://remote.test/v1", transport=httpx.MockTransport(handler), **kwargs)
 
@@ -140,7 +141,9 @@ def test_cancelled_token_sends_nothing():
     assert calls == [] and result.finish_reason == "cancelled"
 
 
-def test_model_from_models_endpoint_and_api_key_header_not_logged(monkeypatch, caplog):
+def test_model_from_models_endpoint_and_api_key_header_never_shown(monkeypatch, caplog):
+    """The key goes in the header and nowhere else: not in a log, nor in the message the user sees, nor in
+    codecue.stats' backend (last_error), even when the server repeats it in its error body."""
     monkeypatch.setenv("MY_KEY_VAR", "sk-secret-123")
     seen = []
 
@@ -149,15 +152,18 @@ def test_model_from_models_endpoint_and_api_key_header_not_logged(monkeypatch, c
         if request.url.path.endswith("/models"):
             return httpx.Response(200, json={"data": [{"id": "first"}, {"id": "second"}]})
         assert json.loads(request.content)["model"] == "first"
-        return httpx.Response(500)
+        return httpx.Response(401, text=f"invalid key: {request.headers['authorization']}")
 
     caplog.set_level(logging.DEBUG)
     b = backend(handler, model=None, api_key_env="MY_KEY_VAR")
-    b.complete(prepared(), CancelToken())
-    b.complete(prepared(), CancelToken())
+    notices = []
+    b.on_unhealthy = notices.append
+    results = [b.complete(prepared(), CancelToken()) for _ in range(2)]
     assert [s[:2] for s in seen].count(("GET", "/v1/models")) == 1
     assert all(auth == "Bearer sk-secret-123" for _, _, auth in seen)
-    assert "sk-secret-123" not in caplog.text
+    assert len(notices) == 1 and "401" in notices[0] and "401" in b.info()["last_error"]
+    shown = json.dumps([notices, b.info(), [r.error for r in results]]) + caplog.text
+    assert "sk-secret-123" not in shown
 
 
 def test_engine_setting():

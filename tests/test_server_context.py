@@ -8,7 +8,6 @@ import pytest
 from lsp_helpers import (
     change_doc,
     complete,
-    items_of,
     open_doc,
     running_server,
     stats,
@@ -110,10 +109,10 @@ async def test_a_workspace_without_a_root_still_completes(tiny_pair_env, tmp_pat
         await wait_until_loaded(client)
         uri = (tmp_path / "loose.py").as_uri()
         open_doc(client, uri, "def add(a, b):\n    ")
-        result = await complete(client, uri, 1, 4)
-        assert isinstance(items_of(result), list)
+        await complete(client, uri, 1, 4)
         current = await stats(client)
         assert current["context"] == {"enabled": False} and current["requests"] == 1
+        assert current["completed"] == 1 and current["errors"] == 0  # the engine answered it
 
 
 async def test_a_workspace_folder_added_later_is_indexed(tiny_pair_env, tmp_path):

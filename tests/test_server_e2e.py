@@ -291,7 +291,7 @@ async def test_telemetry_notifications_are_counted(client):
             after["rejected"] - before["rejected"]) == (1, 2, 1)
     assert after["accepted_chars"] - before["accepted_chars"] == 5
     for key in ("requests", "completed", "cancelled", "superseded", "typethrough_hits", "errors"):
-        assert isinstance(after[key], int)
+        assert after[key] == before[key], key  # reports about suggestions are not requests
     assert set(after["latency_ms"]) == {"count", "mean", "p50", "p90"}
     assert {"drafted", "accepted", "acceptance_rate", "target_passes", "prompt_tokens_reused",
             "prompt_tokens_new"} <= set(after["engine"])

@@ -54,8 +54,10 @@ def test_a_queue_shut_down_cancels_its_own_pending_work_and_no_other_queues():
     pending_other = other.submit(lambda: "other")
     closer = threading.Thread(target=mine.shutdown, kwargs={"wait": True, "cancel_futures": True})
     closer.start()
-    time.sleep(0.05)
-    assert closer.is_alive()  # waits for its running work
+    deadline = time.monotonic() + 5
+    while not pending_mine.cancelled() and time.monotonic() < deadline:  # shutdown cancels its pending work first...
+        time.sleep(0.01)
+    assert pending_mine.cancelled() and closer.is_alive()  # ... then waits for its running work
     gate.set()
     closer.join(5)
     assert not closer.is_alive() and blocker.result() is True

@@ -19,6 +19,9 @@ class LanguageSpec:
     # Definitions whose body members get their own signatures (classes, impls, interfaces).
     containers: frozenset[str] = frozenset()
     wrappers: frozenset[str] = field(default=frozenset())  # decorated_definition, export_statement, ...
+    # Nodes that belong to the sibling after them (Rust's outer attributes): a unit starts at the first of them and
+    # never ends after one.
+    attached: frozenset[str] = field(default=frozenset())
 
 
 _JS_DEFS = frozenset({"function_declaration", "generator_function_declaration", "class_declaration",
@@ -50,7 +53,7 @@ SPECS: dict[str, LanguageSpec] = {
         "rust", "tree_sitter_rust", imports=frozenset({"use_declaration"}),
         definitions=frozenset({"function_item", "struct_item", "enum_item", "trait_item", "impl_item",
                                "function_signature_item"}),
-        containers=frozenset({"impl_item", "trait_item"})),
+        containers=frozenset({"impl_item", "trait_item"}), attached=frozenset({"attribute_item"})),
     "java": LanguageSpec(
         "java", "tree_sitter_java", imports=frozenset({"import_declaration"}),
         definitions=frozenset({"class_declaration", "interface_declaration", "enum_declaration",

@@ -169,12 +169,15 @@ class SyntaxView:
         for node in ancestors:
             if node.type not in BLOCK_TYPES and node.parent is not None:
                 continue
+            previous = None
             for child in node.named_children:
                 row = self._row(child.start_point)
                 if row > cursor_row:
                     break
-                if child.type != "comment" or row == self._row(node.start_point):
+                attached = previous is not None and previous.type in self.spec.attached  # its attribute's row
+                if (child.type != "comment" or row == self._row(node.start_point)) and not attached:
                     rows.add(row)
+                previous = child
         return sorted(rows)
 
     def suffix_boundaries(self, ancestors: list, cursor_row: int) -> list[int]:
@@ -186,7 +189,7 @@ class SyntaxView:
             rows.add(self._row(node.end_point))
             for child in node.named_children:
                 row = self._row(child.end_point)
-                if row >= cursor_row:
+                if row >= cursor_row and child.type not in self.spec.attached:
                     rows.add(row)
         return sorted(r for r in rows if r >= cursor_row)
 
@@ -198,6 +201,8 @@ class SyntaxView:
             if node.type in self.spec.definitions:
                 parent = node.parent
                 start = parent if parent is not None and parent.type in wrappers else node
+                while start.prev_named_sibling is not None and start.prev_named_sibling.type in self.spec.attached:
+                    start = start.prev_named_sibling
                 rows.append(self._row(start.start_point))
         return rows
 

@@ -4,7 +4,9 @@ It speaks the same protocol as `codecue-lsp` (inlineCompletion, the codecue/* no
 but always suggests FAKE_COMPLETION (default `print("hello")`) after an optional FAKE_DELAY_MS, so client tests can
 assert exact text. The real server is used by the end-to-end tests; this one keeps the client logic tests exact.
 `codecue.stats` also lists the codecue/didMoveCursor params it got (`cursor_moves`), what initialize carried
-(`initialize`: rootUri, workspaceFolders, initializationOptions) and the workspace folders now (`folders`).
+(`initialize`: rootUri, workspaceFolders, initializationOptions), the workspace folders now (`folders`), and the
+settings it was sent (`configuration`: each didChangeConfiguration's `notified`, each workspace/configuration
+answer for "codecue" `pulled`, asked after initialized and after each didChangeConfiguration, as codecue-lsp asks).
 
     python fake_server.py            # stdio (a trailing --stdio is accepted, as clients append it)
 """
@@ -20,6 +22,7 @@ server = LanguageServer("codecue-fake", "0")
 counters = {"requests": 0, "cancelled": 0, "shown": 0, "accepted": 0, "rejected": 0, "accepted_chars": 0}
 cursor_moves: list[dict] = []  # codecue/didMoveCursor params as received, for the clients' tests to check
 initialized: dict = {}  # what the client's initialize carried, for the clients' tests to check
+configuration: dict = {"notified": [], "pulled": []}  # the settings the client sent, for the clients' tests
 
 
 @server.feature(types.INITIALIZE)
@@ -27,6 +30,25 @@ def initialize(ls: LanguageServer, params: types.InitializeParams):
     folders = [{"uri": f.uri, "name": f.name} for f in params.workspace_folders or []]
     initialized.update(rootUri=params.root_uri, workspaceFolders=folders,
                        initializationOptions=params.initialization_options)
+
+
+async def pull_configuration(ls: LanguageServer) -> None:
+    caps = ls.client_capabilities.workspace
+    if caps and caps.configuration:
+        answer = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section="codecue")]))
+        configuration["pulled"].append(answer[0] if answer else None)
+
+
+@server.feature(types.INITIALIZED)
+async def on_initialized(ls: LanguageServer, params: types.InitializedParams):
+    await pull_configuration(ls)
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def on_configuration(ls: LanguageServer, params: types.DidChangeConfigurationParams):
+    configuration["notified"].append(params.settings)
+    await pull_configuration(ls)
 
 
 def completion_text() -> str:
@@ -75,7 +97,7 @@ def did_move_cursor(ls, params):
 
 @server.command("codecue.stats")
 def stats(ls, *args):
-    return {**counters, "cursor_moves": list(cursor_moves), "initialize": initialized,
+    return {**counters, "cursor_moves": list(cursor_moves), "initialize": initialized, "configuration": configuration,
             "folders": sorted(f.uri for f in ls.workspace.folders.values())}
 
 

@@ -31,17 +31,18 @@ MIN_ROUNDS = 2
 class PassTimer:
     """A cache holding the calibration's context (`ids[:context]`): times one pass over the next `width` ids and
     cuts the cache back, for llama.cpp's models (llamacpp_timing.measure, keep=) and torch's
-    (torch_timing.time_passes, pass_timer) alike. owner: what close() closes too (llama.cpp's model)."""
+    (torch_timing.time_passes, pass_timer) alike. owner: what close() closes too (llama.cpp's model). clock: seconds
+    now (tests pass a simulated one, so their figures do not depend on the machine's speed)."""
 
-    def __init__(self, cache, ids: list[int], context: int, owner=None):
-        self.cache, self.ids, self.context, self.owner = cache, ids, context, owner
+    def __init__(self, cache, ids: list[int], context: int, owner=None, clock=time.perf_counter):
+        self.cache, self.ids, self.context, self.owner, self.clock = cache, ids, context, owner, clock
 
     def pass_ms(self, width: int) -> float:
         with torch.inference_mode():
-            started = time.perf_counter()
+            started = self.clock()
             self.cache.forward(self.ids[self.context:self.context + width], logits="all")
             self.cache.truncate(self.context)
-            return 1000 * (time.perf_counter() - started)
+            return 1000 * (self.clock() - started)
 
     def close(self) -> None:
         self.cache = None

@@ -45,16 +45,17 @@ DISTINCT_LAYERS = 4  # 4 layers of the 1.5B in int4 (~100 MB) outgrow a 32 MB L3
 # only a format this slow needs no precision.
 PREFILL_SECOND_CALL_S = 6.0
 PROBE_VOCAB = 1024  # the probes' output head: small, so that building a probe costs no head quantization
+clock = time.perf_counter  # what the pass and prefill timings read: tests put a simulated clock in its place
 
 
 def best_ms(fn, reps: int = 3, budget_s: float = 0.4) -> float:
     """Minimum of up to `reps` timed calls, fewer when a call is slow (a slow format needs no precision)."""
     times: list[float] = []
-    spent = time.perf_counter()
-    while len(times) < reps and (not times or time.perf_counter() - spent < budget_s):
-        started = time.perf_counter()
+    spent = clock()
+    while len(times) < reps and (not times or clock() - spent < budget_s):
+        started = clock()
         fn()
-        times.append(time.perf_counter() - started)
+        times.append(clock() - started)
     return 1000 * min(times)
 
 
@@ -146,7 +147,7 @@ def time_passes(model, vocab: int, widths=WIDTHS, prefill: bool = True,
     prefill_ms = best_prefill_ms(cache, ids) if prefill else 0.0
     with torch.inference_mode():
         fill_context(cache, ids[:context])
-    timer = PassTimer(cache, ids, context)
+    timer = PassTimer(cache, ids, context, clock=clock)
     return best_ms_each(timer.pass_ms, widths), prefill_ms
 
 
@@ -155,11 +156,11 @@ def best_ms_each(pass_ms, widths, rounds: int = 3, budget_s: float = 0.4) -> dic
     slow minute then lands on one round of every width, not on all calls of one: calibrate_finalists'
     time_side_by_side); fewer rounds when a round took over budget_s per width (a slow format needs no precision)."""
     best = dict.fromkeys(widths, float("inf"))
-    started = time.perf_counter()
+    started = clock()
     for _ in range(rounds):
         for width in widths:
             best[width] = min(best[width], pass_ms(width))
-        if time.perf_counter() - started > budget_s * len(widths):
+        if clock() - started > budget_s * len(widths):
             break
     return best
 
@@ -182,7 +183,7 @@ def pass_timer(model, vocab: int):
     cache, ids = warm_cache(model, vocab, CONTEXT_TOKENS + max(WIDTHS))
     with torch.inference_mode():
         fill_context(cache, ids[:CONTEXT_TOKENS])
-    return PassTimer(cache, ids, CONTEXT_TOKENS)
+    return PassTimer(cache, ids, CONTEXT_TOKENS, clock=clock)
 
 
 def warm_cache(model, vocab: int, count: int):
@@ -218,9 +219,9 @@ def screen_ms(model, slow_s: float | None = None) -> float:
 
     cache = TrackedCache(model)
     with torch.inference_mode():
-        started = time.perf_counter()
+        started = clock()
         cache.forward([100], logits="none")  # first-call allocations stay out of the timing...
-        first_ms = 1000 * (time.perf_counter() - started)
+        first_ms = 1000 * (clock() - started)
         if slow_s is not None and first_ms > 1000 * slow_s:
             return first_ms  # ... unless the call is so slow that they do not matter
 

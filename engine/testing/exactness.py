@@ -9,15 +9,21 @@ differently, so where the target itself hesitates between its two best tokens ei
     not compared further. With epsilon = 0 (fp32) this is exact equality.
 
 `reference_greedy` is target-alone decoding exactly as the engine does it (prefill all but the last prompt token,
-then one-token passes), recording the top-2 gap at every step.
+then one-token passes), recording the top-2 gap at every step. `uncached_greedy` is the independent reference: the
+same weights, but every step recomputes the whole sequence in one pass and keeps nothing between steps, so it shares
+nothing with the engine's decoding (its caches, chunked prefill, lean or compiled steps, the speculative loop);
+`uncached_along` gives its answer along a given output in one pass (what a real model can afford).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from engine.decode.kvcache import cache_for
+from engine.weights.quantized import QuantizedLinear
+from engine.weights.torch_thread import runs_on_torch_thread
 
 # Logits: the largest change a 9-token pass makes to a margin between the best token and its runners-up, against
 # one-token passes, on the default pair in its calibrated format, is below this on every machine measured
@@ -51,6 +57,84 @@ def reference_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_toke
             break
         tokens.append(pending)
     return tokens, gaps
+
+
+@runs_on_torch_thread  # where the engine runs its passes: one thread for the process's passes
+@torch.inference_mode()
+def uncached_greedy(model, prompt_ids: list[int], max_new_tokens: int,
+                    stop_token_ids: set[int]) -> tuple[list[int], list[float]]:
+    """Greedy decoding with no KV cache kept between steps: at every step one pass over the whole sequence so far,
+    its last position's argmax appended. A transformers model runs its own forward with use_cache=False, in
+    the format it decodes in (decode_format); a llama.cpp model (engine/weights/llamacpp.py) runs each pass on a
+    sequence emptied first. Returns what reference_greedy returns: the tokens (stop token excluded) and the top-2
+    gap at each step. Costs len(prompt) + n tokens of prefill per step: a few short prompts only."""
+    ids, tokens, gaps = list(prompt_ids), [], []
+    sequence = model.new_cache() if hasattr(model, "new_cache") else None
+    with decode_format(model):
+        while len(tokens) < max_new_tokens:
+            if sequence is not None:
+                sequence.truncate(0)
+                logits = sequence.forward(ids, logits="last")[-1]
+            else:
+                x = torch.tensor([ids], dtype=torch.long, device=model.device)
+                logits = model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1]
+            token = int(torch.argmax(logits))
+            gaps.append(top2_gap(logits))
+            if token in stop_token_ids:
+                break
+            tokens.append(token)
+            ids.append(token)
+    return tokens, gaps
+
+
+@runs_on_torch_thread
+@torch.inference_mode()
+def uncached_along(model, prompt_ids: list[int], candidate: list[int], max_new_tokens: int,
+                   stop_token_ids: set[int]) -> tuple[list[int], list[float]]:
+    """uncached_greedy's answer along `candidate` (an output to check) for the cost of one pass: the model's argmax
+    and top-2 gap at every position of prompt + candidate, from a single pass over it with no KV cache (teacher
+    forcing). Causal attention makes position i's logits those of a pass over prompt + candidate[:i] alone, so
+    while candidate follows these tokens they are the tokens uncached_greedy writes; past its first departure they
+    are not, and compare() reads nothing past it. In the decode format (decode_format)."""
+    ids = list(prompt_ids) + list(candidate[:max_new_tokens])
+    rows = len(ids) - len(prompt_ids) + 1
+    with decode_format(model):
+        if hasattr(model, "new_cache"):
+            sequence = model.new_cache()
+            logits = sequence.forward(ids, logits="all")[-rows:]
+        else:
+            x = torch.tensor([ids], dtype=torch.long, device=model.device)
+            logits = model(input_ids=x, use_cache=False, logits_to_keep=rows).logits[0]
+    tokens, gaps = [], []
+    for row in logits[:max_new_tokens]:
+        token = int(torch.argmax(row))
+        gaps.append(top2_gap(row))
+        if token in stop_token_ids:
+            break
+        tokens.append(token)
+    return tokens, gaps
+
+
+@contextmanager
+def decode_format(model):
+    """While inside, every pass of the model runs in the one format it decodes in: quantized layers without their
+    prefill copy (engine/weights/quantized.py), a llama.cpp model without its torch prefill
+    (engine/weights/torch_prefill.py). Those are other formats of the same weights that the engine uses for long
+    prompt passes where they pay (tested against the decode format on their own); uncached_greedy computes in the
+    decode format alone, and a comparison with it pins the engine to it too. Everything is put back after."""
+    set_aside = []
+    if getattr(model, "torch_prefill", None) is not None:
+        set_aside.append((model.__dict__, "torch_prefill", model.torch_prefill))
+        model.torch_prefill = None
+    for module in (model.modules() if isinstance(model, torch.nn.Module) else ()):
+        if isinstance(module, QuantizedLinear) and getattr(module, "prefill_weight", None) is not None:
+            set_aside.append((module._buffers, "prefill_weight", module._buffers["prefill_weight"]))
+            module._buffers["prefill_weight"] = None
+    try:
+        yield model
+    finally:
+        for where, name, value in set_aside:
+            where[name] = value
 
 
 @dataclass

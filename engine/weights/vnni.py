@@ -40,16 +40,36 @@ SOURCES = (SOURCE, SOURCE.parent / "lean_ops.cpp", SOURCE.parent / "lean_layer.c
 BLOCK = 16  # output channels per block (one 512-bit register of int32 sums)
 INT8_GROUP = 128  # activation group of the 8-bit layers (their weights have one scale per channel)
 # Builds that run another CPU's path on this one, for tests and emulated benchmarks (any other name is gcc's -march):
-# the AVX-VNNI path through the instruction's AVX-512 form, on a CPU with AVX-512 VNNI but without AVX-VNNI, kept to
-# the 16 vector registers such a CPU has.
+# the AVX-VNNI path (Intel's client CPUs) on a CPU that has the instruction as well as AVX-512; and that path through
+# the instruction's AVX-512 form, on a CPU with AVX-512 VNNI but without AVX-VNNI, kept to the 16 vector registers
+# such a CPU has.
 EMULATED_MARCHES = {
+    "avx-vnni": ["-march=x86-64-v3", "-mavxvnni"],
     "avx-vnni-on-avx512": ["-march=x86-64-v3", "-mavx512vnni", "-mavx512vl", "-DCODECUE_EMULATE_AVX_VNNI",
                            *(f"-ffixed-xmm{register}" for register in range(16, 32))],
 }
+# What gcc's -march=x86-64-v3 (the AVX2 build) needs, as /proc/cpuinfo names it (abm: LZCNT).
+X86_64_V3_FLAGS = frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"})
 
 
 class KernelUnavailable(RuntimeError):
     pass
+
+
+def runnable_marches(flags) -> list[str]:
+    """The kernel builds a CPU with these /proc/cpuinfo flags runs, one per vector path (for tests: every path a CPU
+    can run is tested on it): its own ("native"); where that is AVX-512 or AVX-VNNI, the plain AVX2 one
+    (x86-64-v3); where it is AVX-512, the AVX-VNNI one, natively or, without AVX-VNNI, through AVX-512's form."""
+    flags = set(flags)
+    avx512 = {"avx512f", "avx512bw", "avx512_vnni"} <= flags
+    if not X86_64_V3_FLAGS <= flags or not (avx512 or "avx_vnni" in flags):
+        return ["native"]  # no vector path, or the AVX2 one alone
+    marches = ["native", "x86-64-v3"]
+    if avx512 and "avx_vnni" in flags:
+        marches.append("avx-vnni")
+    elif avx512 and "avx512vl" in flags:
+        marches.append("avx-vnni-on-avx512")
+    return marches
 
 
 def kernel(march: str | None = None):

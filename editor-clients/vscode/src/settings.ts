@@ -27,6 +27,18 @@ export interface Settings {
 /** The part of vscode.WorkspaceConfiguration that is read here. */
 export interface ConfigReader {
   get<T>(key: string, fallback: T): T;
+  inspect<T>(key: string): { globalValue?: T } | undefined;
+}
+
+/** Settings that choose the program started, its arguments and environment, and where code and the API key go.
+ * package.json gives them machine scope; they are read from the user's own settings only, so a repository's
+ * .vscode/settings.json cannot set them even where an editor would merge it in. */
+export const USER_ONLY = ['server.path', 'server.args', 'server.env', 'engine'];
+
+/** The user's own value of a USER_ONLY setting, else the default: a workspace or folder value is never read. */
+function userValue<T>(config: ConfigReader, key: string, fallback: T): T {
+  const value = config.inspect<T>(key)?.globalValue;
+  return value === undefined ? fallback : value;
 }
 
 export const DEFAULT_LANGUAGES = [
@@ -36,9 +48,9 @@ export const DEFAULT_LANGUAGES = [
 export function readSettings(config: ConfigReader): Settings {
   return {
     enable: config.get('enable', true),
-    serverPath: config.get('server.path', 'codecue-lsp').trim() || 'codecue-lsp',
-    serverArgs: config.get<string[]>('server.args', []).filter((a) => a !== '--stdio'),
-    serverEnv: config.get<Record<string, string>>('server.env', {}),
+    serverPath: userValue(config, 'server.path', 'codecue-lsp').trim() || 'codecue-lsp',
+    serverArgs: userValue<string[]>(config, 'server.args', []).filter((a) => a !== '--stdio'),
+    serverEnv: userValue<Record<string, string>>(config, 'server.env', {}),
     pair: config.get('pair', 'default'),
     enabledLanguages: config.get('enabledLanguages', DEFAULT_LANGUAGES),
     debounceMs: config.get('debounceMs', 30),
@@ -49,7 +61,7 @@ export function readSettings(config: ConfigReader): Settings {
     prepareAtCursor: config.get('prepareAtCursor', true),
     promptTokens: config.get('promptTokens', 0),
     coldPromptTokens: config.get('coldPromptTokens', 0),
-    engine: config.get('engine', 'local').trim() || 'local',
+    engine: userValue(config, 'engine', 'local').trim() || 'local',
     remoteModel: config.get('remoteModel', '').trim(),
     context: config.get('context', true),
     contextTokens: config.get('contextTokens', 0),

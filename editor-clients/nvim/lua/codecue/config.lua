@@ -165,6 +165,45 @@ function M.merge(opts)
   return cfg
 end
 
+-- Server settings that choose where code and keys go and which file is read or written (codecue_lsp/config.py
+-- USER_ONLY_SETTINGS, by the server's snake_case name): only setup() sets them, never what a project supplies.
+M.user_only = { engine = true, api_key_env = true, log_file = true, remote_ca_bundle = true,
+  remote_headers_env = true }
+
+-- A setting's name as the server reads it: apiKeyEnv, api_key_env and api-key-env are one setting.
+local function snake_case(key)
+  return (tostring(key):gsub("%u", function(c) return "_" .. c:lower() end):gsub("-", "_"))
+end
+
+-- Removes the user-only settings from `settings` in place, and from a nested "codecue" section (the server reads it).
+function M.drop_user_only(settings)
+  if type(settings) ~= "table" then
+    return settings
+  end
+  for key, value in pairs(settings) do
+    if M.user_only[snake_case(key)] then
+      settings[key] = nil
+    elseif key == "codecue" then
+      M.drop_user_only(value)
+    end
+  end
+  return settings
+end
+
+-- A copy of `options` (initializationOptions) with the user-only settings exactly as setup() gave them in
+-- `from_setup` (a copy: `options` may be that very table).
+function M.pin_user_only(options, from_setup)
+  local pinned = M.drop_user_only(vim.deepcopy(type(options) == "table" and options or {}))
+  for key, value in pairs(from_setup) do
+    if M.user_only[snake_case(key)] then
+      pinned[key] = value
+    elseif key == "codecue" and type(value) == "table" then
+      pinned.codecue = M.pin_user_only(pinned.codecue, value)
+    end
+  end
+  return pinned
+end
+
 function M.init_options(cfg)
   -- debounce_ms stays on the client: the server's own debounce (init_options.debounceMs) adds to it.
   -- The server's own default language list is shorter than ours: send the one we attach to.

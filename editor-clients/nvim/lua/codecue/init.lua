@@ -103,8 +103,16 @@ local function add_workspace_folder(client, bufnr)
   table.insert(client.workspace_folders, folder)
 end
 
+-- Answers the server's workspace/configuration as Neovim does, without the user-only settings: settings a project
+-- supplies (neoconf reading .vscode/settings.json, a vim.lsp.config in an exrc) cannot redirect code or keys.
+local function configuration(err, params, ctx)
+  local answer = vim.lsp.handlers["workspace/configuration"](err, params, ctx)
+  return type(answer) == "table" and vim.tbl_map(config.drop_user_only, answer) or answer
+end
+
 function M.lsp_config(cfg)
   cfg = cfg or M.config
+  local init_options = config.init_options(cfg)
   return {
     name = "codecue",
     cmd = cfg.cmd,
@@ -120,7 +128,14 @@ function M.lsp_config(cfg)
     get_language_id = function(_, filetype)
       return config.language_id(filetype)
     end,
-    init_options = config.init_options(cfg),
+    init_options = init_options,
+    -- Engine, API key variable and log file come only from setup(): not from another vim.lsp.config("codecue")
+    -- layer's init_options, nor from `settings` (sent in didChangeConfiguration right after initialize).
+    before_init = function(params, lsp_config)
+      params.initializationOptions = config.pin_user_only(params.initializationOptions, init_options)
+      config.drop_user_only(lsp_config.settings)
+    end,
+    handlers = { ["workspace/configuration"] = configuration },
   }
 end
 

@@ -88,6 +88,43 @@ test('the server answers workspace/configuration with server settings only', asy
   ]);
 });
 
+test('a workspace settings file that sets the server, its args, env or the engine changes nothing', async () => {
+  const client = await activated();
+  const before = {
+    command: client.serverOptions.command, args: client.serverOptions.args, env: client.serverOptions.options.env,
+    init: client.clientOptions.initializationOptions,
+  };
+  // A program a hostile repository ships: today's extension would start it.
+  const evil = join(home, 'evil-repo', 'codecue-lsp');
+  mkdirSync(join(home, 'evil-repo'), { recursive: true });
+  writeFileSync(evil, '#!/bin/sh\n');
+  chmodSync(evil, 0o755);
+  const answer = (c: FakeClient) => c.clientOptions.middleware.workspace.configuration(
+    { items: [{ section: 'codecue' }] }, token, () => assert.fail('should not ask VS Code'))[0];
+  try {
+    await vscode.workspace.setWorkspaceSettings({
+      'codecue.server.path': evil,
+      'codecue.server.args': ['--engine', 'http://evil.example/v1'],
+      'codecue.server.env': { LD_PRELOAD: '/tmp/evil.so' },
+      'codecue.engine': 'http://evil.example/v1',
+    });
+    assert.equal(FakeClient.last, client, 'nothing to restart for');
+    assert.equal(client.stopped, false);
+    assert.equal(answer(client).engine, 'local', 'workspace/configuration does not carry the workspace engine');
+    await vscode.commands.executeCommand('codecue.restartServer');
+    const again = FakeClient.last!;
+    assert.notEqual(again, client);
+    assert.deepEqual({
+      command: again.serverOptions.command, args: again.serverOptions.args, env: again.serverOptions.options.env,
+      init: again.clientOptions.initializationOptions,
+    }, before);
+    assert.equal(again.serverOptions.options.env.LD_PRELOAD, process.env.LD_PRELOAD);
+    assert.equal(answer(again).engine, 'local');
+  } finally {
+    await vscode.workspace.setWorkspaceSettings({});
+  }
+});
+
 test('a workspace folder\'s excludeGlobs are added to the window\'s, and changing them restarts nothing', async () => {
   const client = await activated();
   const answer = () => client.clientOptions.middleware.workspace.configuration(

@@ -3,10 +3,20 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { documentSelector, mergeGlobs, needsRestart, readSettings, serverSettings } from '../settings';
+import { documentSelector, mergeGlobs, needsRestart, readSettings, serverSettings, USER_ONLY } from '../settings';
+
+/** The user's settings `user`, with a workspace's settings file `workspace` merged over them as VS Code's get()
+ * does (inspect() keeps the levels apart). */
+function workspaceReader(user: Record<string, unknown>, workspace: Record<string, unknown>) {
+  const merged = { ...user, ...workspace };
+  return {
+    get: <T>(key: string, fallback: T): T => (key in merged ? (merged[key] as T) : fallback),
+    inspect: <T>(key: string) => ({ globalValue: user[key] as T | undefined, workspaceValue: workspace[key] as T | undefined }),
+  };
+}
 
 function reader(values: Record<string, unknown>) {
-  return { get: <T>(key: string, fallback: T): T => (key in values ? (values[key] as T) : fallback) };
+  return workspaceReader(values, {});
 }
 
 test('defaults start codecue-lsp from PATH with the default pair', () => {
@@ -140,4 +150,48 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({
     context: false, contextTokens: 512, excludeGlobs: ['dist/'], maxIndexedFiles: 100, indexCache: false,
   }))), false, 'read per request and by the index');
+});
+
+// What a cloned repository's .vscode/settings.json could use to run another program, preload a library, or send
+// the code and CODECUE_API_KEY to another host.
+const HOSTILE: Record<string, unknown> = {
+  'server.path': '/tmp/evil/codecue-lsp',
+  'server.args': ['--engine', 'http://evil.example/v1', '--log-file', '/tmp/evil.log'],
+  'server.env': { LD_PRELOAD: '/tmp/evil.so', CODECUE_API_KEY: 'stolen' },
+  engine: 'http://evil.example/v1',
+};
+
+for (const key of Object.keys(HOSTILE)) {
+  test(`a workspace's ${key} changes nothing: neither what starts nor what the server is sent`, () => {
+    const user = readSettings(reader({}));
+    const withWorkspace = readSettings(workspaceReader({}, { [key]: HOSTILE[key] }));
+    assert.deepEqual(withWorkspace, user);
+    assert.deepEqual(serverSettings(withWorkspace), serverSettings(user));
+    assert.equal(needsRestart(user, withWorkspace), false);
+  });
+}
+
+test('the user\'s own server and engine settings still apply, over a workspace\'s', () => {
+  const mine = {
+    'server.path': '~/.venvs/codecue/bin/codecue-lsp', 'server.args': ['--device', 'cpu'],
+    'server.env': { CODECUE_HOME: '/data/codecue' }, engine: 'http://10.0.0.5:8000/v1',
+  };
+  const s = readSettings(workspaceReader(mine, HOSTILE));
+  assert.deepEqual([s.serverPath, s.serverArgs, s.serverEnv, s.engine],
+    ['~/.venvs/codecue/bin/codecue-lsp', ['--device', 'cpu'], { CODECUE_HOME: '/data/codecue' }, 'http://10.0.0.5:8000/v1']);
+});
+
+test('settings that start programs or name a URL, variable, header or file have machine scope and are read from the user only', () => {
+  const pkg = JSON.parse(readFileSync(join(__dirname, '..', '..', 'package.json'), 'utf8'));
+  const props: Record<string, { scope?: string }> = pkg.contributes.configuration.properties;
+  const userOnly = Object.keys(props).filter((k) => ['machine', 'application'].includes(props[k].scope ?? ''));
+  assert.deepEqual(userOnly.map((k) => k.slice('codecue.'.length)).sort(), [...USER_ONLY].sort(),
+    'machine-scoped in package.json and read with inspect().globalValue are the same settings');
+  for (const key of ['codecue.server.path', 'codecue.server.args', 'codecue.server.env', 'codecue.engine']) {
+    assert.equal(props[key].scope, 'machine', key);
+  }
+  const namesPlace = /(path|args|env|engine|url|headers?|file|cert|bundle|key)$/i; // a new such setting must be listed
+  for (const key of Object.keys(props).filter((k) => namesPlace.test(k))) {
+    assert.ok(userOnly.includes(key), `${key} names a program, URL, variable, header or file: give it machine scope`);
+  }
 });

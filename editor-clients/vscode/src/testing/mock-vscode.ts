@@ -48,7 +48,9 @@ export class FakeClient {
 }
 
 export function createVscode() {
-  const config: Record<string, unknown> = {};
+  const config: Record<string, unknown> = {}; // the user's settings
+  // The open workspace's .vscode/settings.json: VS Code's get() merges it over the user's (folders over both).
+  const workspaceConfig: Record<string, unknown> = {};
   // Values a workspace folder sets for itself (resource-scoped settings), by the folder's fsPath.
   const folderConfig: Record<string, Record<string, unknown>> = {};
   const commands = new Map<string, (...args: any[]) => unknown>();
@@ -61,7 +63,7 @@ export function createVscode() {
   const errors: string[] = [];
   const statusItem = { text: '', tooltip: '', command: '', backgroundColor: undefined as unknown, show() {}, dispose() {} };
   const vscode = {
-    config, folderConfig, registered: commands, executed, statusItem, errors, openListeners, closeListeners,
+    config, workspaceConfig, folderConfig, registered: commands, executed, statusItem, errors, openListeners, closeListeners,
     activeEditorListeners, selectionListeners,
     Position, Range,
     StatusBarAlignment: { Left: 1, Right: 2 },
@@ -85,9 +87,15 @@ export function createVscode() {
       getConfiguration: (section: string, scope?: { fsPath: string }) => ({
         get: <T>(key: string, fallback: T): T => {
           const own = scope ? folderConfig[scope.fsPath] ?? {} : {};
-          const values = `${section}.${key}` in own ? own : config;
+          const values = [own, workspaceConfig, config].find((v) => `${section}.${key}` in v) ?? {};
           return `${section}.${key}` in values ? values[`${section}.${key}`] as T : fallback;
         },
+        inspect: <T>(key: string) => ({
+          key: `${section}.${key}`,
+          globalValue: config[`${section}.${key}`] as T | undefined,
+          workspaceValue: workspaceConfig[`${section}.${key}`] as T | undefined,
+          workspaceFolderValue: scope ? folderConfig[scope.fsPath]?.[`${section}.${key}`] as T | undefined : undefined,
+        }),
         update: async (key: string, value: unknown) => {
           config[`${section}.${key}`] = value;
           for (const listener of configListeners) {
@@ -96,6 +104,14 @@ export function createVscode() {
         },
       }),
       onDidChangeConfiguration: (listener: Listener) => { configListeners.push(listener); return { dispose() {} }; },
+      /** Test hook: the workspace's settings file now holds `values` (as VS Code reloads .vscode/settings.json). */
+      setWorkspaceSettings: async (values: Record<string, unknown>) => {
+        for (const key of Object.keys(workspaceConfig)) delete workspaceConfig[key];
+        Object.assign(workspaceConfig, values);
+        for (const listener of configListeners) {
+          await listener({ affectsConfiguration: (s: string) => s === 'codecue' });
+        }
+      },
       workspaceFolders: undefined as { uri: { fsPath: string } }[] | undefined,
       textDocuments: [] as unknown[],
       onDidOpenTextDocument: (listener: (doc: unknown) => unknown) => { openListeners.push(listener); return { dispose() {} }; },
