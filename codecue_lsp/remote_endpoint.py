@@ -200,8 +200,8 @@ class RemoteBackend:
         if self.probe is None or self.kind not in ("vllm", "llama-server"):
             return "unchecked"
         try:
-            answer = self._post_json(f"{root_url(self.url)}/tokenize", tokenize_body(self.kind, self.model,
-                                                                                      self.probe.text))
+            answer = self._post_json(f"{root_url(self.url)}/tokenize", "POST /tokenize",
+                                     tokenize_body(self.kind, self.model, self.probe.text))
         except (StreamError, ValueError, TooLarge) as exc:  # no /tokenize there (a proxy that passes /v1 only)
             logger.info("remote engine %s: vocabulary not checked (/tokenize: %s)", self.url, self._describe(exc))
             return "unchecked"
@@ -224,9 +224,9 @@ class RemoteBackend:
             check_status(response, what)
             return read_json(response)
 
-    def _post_json(self, url: str, body: dict) -> object:
+    def _post_json(self, url: str, what: str, body: dict) -> object:
         with self.client.stream("POST", url, json=body) as response:
-            check_status(response, "POST /tokenize")
+            check_status(response, what)
             return read_json(response)
 
     # --- a completion ----------------------------------------------------------------------------------------------

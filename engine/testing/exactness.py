@@ -42,6 +42,17 @@ def top2_gap(logits: torch.Tensor) -> float:
     return float(best[0] - best[1])
 
 
+def take(logits: torch.Tensor, stop_token_ids: set[int], tokens: list[int], gaps: list[float]) -> int | None:
+    """One position's greedy token: its top-2 gap recorded, the token appended to `tokens` and returned, or None
+    for a stop token (left out, like CompletionResult.token_ids)."""
+    token = int(torch.argmax(logits))
+    gaps.append(top2_gap(logits))
+    if token in stop_token_ids:
+        return None
+    tokens.append(token)
+    return token
+
+
 @torch.inference_mode()
 def reference_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int,
                      stop_token_ids: set[int]) -> tuple[list[int], list[float]]:
@@ -50,12 +61,9 @@ def reference_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_toke
     cache.extend_to(list(prompt_ids[:-1]))
     pending, tokens, gaps = prompt_ids[-1], [], []
     while len(tokens) < max_new_tokens:
-        logits = cache.forward([pending], logits="last")[-1]
-        pending = int(torch.argmax(logits))
-        gaps.append(top2_gap(logits))
-        if pending in stop_token_ids:
+        pending = take(cache.forward([pending], logits="last")[-1], stop_token_ids, tokens, gaps)
+        if pending is None:
             break
-        tokens.append(pending)
     return tokens, gaps
 
 
@@ -78,11 +86,9 @@ def uncached_greedy(model, prompt_ids: list[int], max_new_tokens: int,
             else:
                 x = torch.tensor([ids], dtype=torch.long, device=model.device)
                 logits = model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1]
-            token = int(torch.argmax(logits))
-            gaps.append(top2_gap(logits))
-            if token in stop_token_ids:
+            token = take(logits, stop_token_ids, tokens, gaps)
+            if token is None:
                 break
-            tokens.append(token)
             ids.append(token)
     return tokens, gaps
 
@@ -107,11 +113,8 @@ def uncached_along(model, prompt_ids: list[int], candidate: list[int], max_new_t
             logits = model(input_ids=x, use_cache=False, logits_to_keep=rows).logits[0]
     tokens, gaps = [], []
     for row in logits[:max_new_tokens]:
-        token = int(torch.argmax(row))
-        gaps.append(top2_gap(row))
-        if token in stop_token_ids:
+        if take(row, stop_token_ids, tokens, gaps) is None:
             break
-        tokens.append(token)
     return tokens, gaps
 
 

@@ -57,30 +57,30 @@ local function is_int(lo, hi)
   end
 end
 
-local function is_string_list(v)
-  if type(v) ~= "table" or not vim.islist(v) then
-    return false
-  end
-  for _, x in ipairs(v) do
-    if type(x) ~= "string" then
+-- A list whose every entry passes `ok`.
+local function is_list_of(ok)
+  return function(v)
+    if type(v) ~= "table" or not vim.islist(v) then
       return false
     end
+    for _, x in ipairs(v) do
+      if not ok(x) then
+        return false
+      end
+    end
+    return true
   end
-  return true
 end
 
--- vim.fs.root's markers: file names, or lists of names of equal priority.
-local function is_markers(v)
-  if type(v) ~= "table" or not vim.islist(v) then
-    return false
-  end
-  for _, x in ipairs(v) do
-    if type(x) ~= "string" and not is_string_list(x) then
-      return false
-    end
-  end
-  return true
+local function is_string(v)
+  return type(v) == "string"
 end
+
+local is_string_list = is_list_of(is_string)
+-- vim.fs.root's markers: file names, or lists of names of equal priority.
+local is_markers = is_list_of(function(x)
+  return is_string(x) or is_string_list(x)
+end)
 
 local function is_bool(v)
   return type(v) == "boolean"
