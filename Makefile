@@ -41,7 +41,7 @@ test-python: models
 	$(BIN)/lint-imports  # the layering contracts in pyproject.toml (docs/architecture.md)
 	$(BIN)/pytest -q -rs -m "not editor and not remote"
 
-# `codecue-lsp --engine URL` against a real llama-server, alone and from both editors: needs scripts/build-llama-cpp.sh's build (not in `make test`).
+# `codecue-lsp --engine URL` against a real llama-server, alone and from both editors: needs scripts/build-llama-cpp.sh's build (.ci/run builds it, then runs this after `make test`).
 test-remote: models
 	$(BIN)/pytest -q -rs -m remote tests/test_remote_llama.py
 	VENV=$(CURDIR)/$(VENV) bash editor-clients/test-remote.sh

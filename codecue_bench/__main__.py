@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("gpu", help="GPU pass costs and latency with random weights (codecue_bench.gpu)", add_help=False)
     sub.add_parser("bound", help="the fastest any drafting policy could be here (codecue_bench.bound_bench)",
                    add_help=False)
+    sub.add_parser("alternatives", help="what several suggestions cost: Invoked vs Automatic requests "
+                   "(codecue_bench.alternatives_bench)", add_help=False)
     sub.add_parser("ab", help="the engine bench of two checkouts, interleaved in one run (codecue_bench.ab_bench)",
                    add_help=False)
     args, rest = parser.parse_known_args(argv)
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "server":
             from .server_bench import main as server_main
             return server_main(rest)
+        if args.command == "alternatives":
+            from .alternatives_bench import main as alternatives_main
+            return alternatives_main(rest)
         if args.command == "prompt":
             from .prompt_bench import main as prompt_main
             return prompt_main(rest)

@@ -48,6 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a prompt nothing is cached for (a file just opened, a jump) starts this small and the "
                              "full one is prefilled while you pause (default auto: what this machine prefills in "
                              "~12 s, at least 512; off: always the full size)")
+    parser.add_argument("--min-confidence", metavar="P",
+                        help="do not show an automatic suggestion whose first line the model gives a probability "
+                             "below P, 0..1 (0: off; default auto: the pair's threshold in models.toml); "
+                             "suggestions asked for are always shown")
     parser.add_argument("--languages", help="comma-separated languageIds to complete ('*' = all)")
     parser.add_argument("--engine", help="'local' (default: this process's engine) or an OpenAI-compatible base URL, "
                         "e.g. http://127.0.0.1:8080/v1 (vLLM, llama-server); its API key is read from $CODECUE_API_KEY")
@@ -80,7 +84,7 @@ def cli_settings(args: argparse.Namespace) -> dict:
         "enabled_languages": args.languages,
         "log_level": args.log_level, "log_file": args.log_file, "engine": args.engine,
         "remote_model": args.remote_model, "remote_server": args.remote_server, "remote_ca_bundle": args.ca_bundle,
-        "remote_headers_env": args.header_env,
+        "remote_headers_env": args.header_env, "min_confidence": args.min_confidence,
     }
     return {k: v for k, v in given.items() if v is not None}
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from engine.types import CancelToken, CompletionResult, CompletionStats, FinishReason
 
+from .confidence import first_line_confidence
 from .config import Settings
 from .prompt import BuiltPrompt, OpenDocument
 
@@ -35,17 +36,22 @@ class Completion:
     error: str | None = None  # why, when the outcome is "failed"
     stats: CompletionStats = field(default_factory=CompletionStats)
     reported_tokens: int | None = None  # tokens generated, where token_ids does not list them (a remote engine's count)
+    # The target's probability of the first line (confidence.py); None where the backend gave no probabilities.
+    confidence: float | None = None
 
     @property
     def generated_tokens(self) -> int:
         return len(self.token_ids) if self.reported_tokens is None else self.reported_tokens
 
     @classmethod
-    def from_engine(cls, result: CompletionResult) -> Completion:
-        # The engine does not report token probabilities yet.
+    def from_engine(cls, result: CompletionResult, token_texts: Sequence[str] = ()) -> Completion:
+        """token_texts: each token's text, for the confidence (without them it is None)."""
         outcome: Outcome = "cancelled" if result.finish_reason == "cancelled" else "completed"
+        probs = list(result.token_probs) if len(result.token_probs) == len(result.token_ids) else None
+        confidence = (first_line_confidence(zip(token_texts, probs))
+                      if probs is not None and len(token_texts) == len(probs) else None)
         return cls(text=result.text, outcome=outcome, finish_reason=result.finish_reason,
-                   token_ids=list(result.token_ids), stats=result.stats)
+                   token_ids=list(result.token_ids), token_probs=probs, stats=result.stats, confidence=confidence)
 
     @classmethod
     def failed(cls, error: str, stats: CompletionStats | None = None) -> Completion:
@@ -99,6 +105,7 @@ class CompletionBackend(Protocol):
     supports_prefill: bool  # prefill / prepare_growth / grow / take_growth do something (warmup.py, growth.py)
     supports_next_line: bool  # worth writing the next line nobody asked for yet (next_line.py)
     indexes_workspace: bool  # update_workspace feeds a lookup index (workspace_sync.py)
+    supports_alternatives: bool  # `alternative` writes other suggestions for a request the user made (alternatives.py)
 
     # --- prompts --------------------------------------------------------------------------------------------------
     def prepare(self, doc: OpenDocument, line: int, character_utf16: int, settings: Settings,
@@ -119,6 +126,11 @@ class CompletionBackend(Protocol):
     def submit(self, prepared: PreparedPrompt, token: CancelToken,
                on_text: Callable[[str], None] | None = None) -> Future[Completion]:
         """Start the completion; `on_text(text so far)` streams it, on the backend's thread."""
+        ...
+
+    def alternative(self, prepared: PreparedPrompt, rank: int, token: CancelToken) -> Future[Completion]:
+        """Another completion of the same prompt: its first token the target's (rank+1)-th most likely there, then
+        as usual (engine CompletionRequest.first_rank). Without supports_alternatives: an empty completion."""
         ...
 
     def finish(self, prepared: PreparedPrompt, completion: Completion) -> str:
@@ -181,6 +193,11 @@ def describe_unloaded(settings: Settings, load_error: str | None) -> dict:
     local = settings.engine == "local"
     return {"kind": "local" if local else "remote", "url": None if local else settings.engine,
             "healthy": False, "last_error": load_error}
+
+
+def nothing_written() -> Completion:
+    """The completion a backend returns for what it cannot do: no text, ended by the model."""
+    return Completion(text="", outcome="completed", finish_reason="eos")
 
 
 def resolved(value) -> Future:

@@ -6,6 +6,7 @@ tests can observe cancellation and supersession with the (very fast) tiny model;
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from concurrent.futures import Future
@@ -80,6 +81,7 @@ class Completer(CompletionBackend):
     supports_prefill = True
     supports_next_line = True
     indexes_workspace = True
+    supports_alternatives = True
 
     def __init__(self, engine, syntax: SyntaxCache | None = None, step_delay_s: float | None = None) -> None:
         self.engine = engine
@@ -190,7 +192,16 @@ class Completer(CompletionBackend):
     def submit(self, prepared: Prepared, token: CancelToken,
                on_text: Callable[[str], None] | None = None) -> Future[Completion]:
         future = self.engine.submit(prepared.request, token, on_tokens=self._on_tokens(token, on_text))
-        return converted(future, Completion.from_engine)
+        return converted(future, self._completion)
+
+    def alternative(self, prepared: Prepared, rank: int, token: CancelToken) -> Future[Completion]:
+        request = dataclasses.replace(prepared.request, first_rank=rank)
+        return converted(self.engine.submit(request, token, on_tokens=self._on_tokens(token, None)), self._completion)
+
+    def _completion(self, result) -> Completion:
+        """The engine's result with each token's text, for the confidence (on the engine's thread, tokens a few)."""
+        texts = [self.engine.decode([token]) for token in result.token_ids] if result.token_probs else ()
+        return Completion.from_engine(result, texts)
 
     def finish(self, prepared: Prepared, completion: Completion) -> str:
         return postprocess(completion.text, prepared.built)

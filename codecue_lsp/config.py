@@ -95,6 +95,11 @@ class Settings:
     max_indexed_files: int = 5000
     # Keep the index on disk under $CODECUE_HOME/context (it holds code snippets) so a restart does not re-parse.
     index_cache: bool = True
+    # An automatic suggestion whose confidence (confidence.py: the target's probability of its first line) is below
+    # this is not shown; 0 = off; None ("auto") = the pair's measured threshold (models.toml min_confidence). Requests
+    # the user made (Invoked) are never held back. Where a backend gives no probabilities (a remote engine without
+    # logprobs) nothing is held back either.
+    min_confidence: float | None = None
 
     def language_enabled(self, language_id: str | None) -> bool:
         langs = self.enabled_languages
@@ -260,6 +265,21 @@ def _engine(value: Any) -> str:
     return value.rstrip("/")
 
 
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError("expected a number from 0 to 1")
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError("expected a number from 0 to 1")
+    return number
+
+
+def _fraction_or_auto(value: Any) -> float | None:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return _fraction(value)
+
+
 def _seconds(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError("expected a number of seconds")
@@ -326,6 +346,7 @@ _PARSERS = {
     "exclude_globs": _globs,
     "max_indexed_files": _int_in(0, 200_000),
     "index_cache": _flag,
+    "min_confidence": _fraction_or_auto,
 }
 assert set(_PARSERS) == {f.name for f in dataclasses.fields(Settings)}
 assert set(USER_ONLY_SETTINGS) <= set(_PARSERS)

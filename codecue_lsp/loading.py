@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as lsp
 
-from engine.store.config import ModelsError
+from engine.store.config import load_config, ModelsError
 
 from .backend import CompletionBackend
 from .config import Settings
@@ -54,6 +54,8 @@ async def load_models(ls) -> None:
         loop.call_soon_threadsafe(ls.window_show_message,
                                   lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
     completer.watch_health(show)
+    # The pair's threshold was measured on its own target; a remote engine may serve another model.
+    ls.pair_min_confidence = pair_min_confidence(settings.pair) if settings.engine == "local" else 0.0
     ls.completer = completer
     logger.info("model pair %s ready (engine %s)", settings.pair, settings.engine)
     for uri in list(ls.workspace.text_documents):
@@ -62,6 +64,14 @@ async def load_models(ls) -> None:
     if progress:
         ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message="ready", percentage=100))
         ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=f"model pair {settings.pair} ready"))
+
+
+def pair_min_confidence(pair: str) -> float:
+    """The pair's gate threshold in models.toml: what minConfidence "auto" means (0 where it names none)."""
+    try:
+        return load_config().pair(pair).min_confidence
+    except ModelsError:
+        return 0.0
 
 
 def build_completer(settings: Settings, syntax=None) -> CompletionBackend:

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 from engine.decode.prompt_ids import encode_pieces
 from engine.types import CancelToken
 
-from .backend import BackendStats, Completion, CompletionBackend, Health, resolved
+from .backend import BackendStats, Completion, CompletionBackend, Health, nothing_written, resolved
 from .config import Settings
 from .postprocess import make_stop_predicate, postprocess
 from .prompt import Layouts, OpenDocument, SyntaxCache, budget_for, build_prompt
@@ -88,6 +88,9 @@ class RemoteCompleter(CompletionBackend):
     supports_prefill = False
     supports_next_line = False  # every request costs the endpoint; nothing is written ahead
     indexes_workspace = False
+    # One suggestion per request: a greedy endpoint's n > 1 gives the same text n times, and an alternative from a
+    # next-best first token would cost a request per alternative on a shared server.
+    supports_alternatives = False
 
     def __init__(self, backend: RemoteBackend, fim, count_tokens: Callable[[str], int],
                  syntax: SyntaxCache | None = None, encoder: PromptEncoder | None = None) -> None:
@@ -122,6 +125,9 @@ class RemoteCompleter(CompletionBackend):
     def submit(self, prepared: RemotePrepared, token: CancelToken,
                on_text: Callable[[str], None] | None = None) -> Future[Completion]:
         return self.engine.submit(prepared, token, on_text)
+
+    def alternative(self, prepared: RemotePrepared, rank: int, token: CancelToken) -> Future[Completion]:
+        return resolved(nothing_written())  # supports_alternatives is False
 
     def finish(self, prepared: RemotePrepared, completion: Completion) -> str:
         return postprocess(completion.text, prepared.built)

@@ -29,6 +29,7 @@ import httpx
 from engine.types import CancelToken, CompletionStats
 
 from .backend import Completion
+from .confidence import from_logprobs
 from .config import api_key as environment_api_key
 from .config import header_values
 from .redact import has_credentials, scrub
@@ -56,6 +57,7 @@ from .remote_server import (
     kind_from_models,
     kind_from_props,
     root_url,
+    token_logprobs,
     tokenize_body,
     usage_counts,
 )
@@ -109,6 +111,7 @@ class Streamed:
     ended: bool = False  # the server (a finish_reason, the end of the stream) or our stop predicate ended it
     usage: dict | None = None
     sent_ids: int = 0  # prompt tokens sent as ids (0: sent as text)
+    logprobs: list[tuple[str, float | None]] = field(default_factory=list)  # per token, where the engine sent them
 
 
 class RemoteBackend:
@@ -261,8 +264,10 @@ class RemoteBackend:
             return Completion.failed(message, stats)
         if reply.finish != "cancelled":
             self._report_success()
+        texts, logprobs = [text for text, _ in reply.logprobs], [value for _, value in reply.logprobs]
         return Completion(text=reply.text, outcome="cancelled" if reply.finish == "cancelled" else "completed",
-                          finish_reason=reply.finish, stats=stats, reported_tokens=generated)
+                          finish_reason=reply.finish, stats=stats, reported_tokens=generated,
+                          confidence=from_logprobs(texts, logprobs))
 
     def _next_try(self, exc: Exception, failures: int, dropped: bool, deadline: float) -> float | None:
         """Seconds to wait before trying again, or None: the request fails now."""
@@ -338,6 +343,7 @@ class RemoteBackend:
             if not isinstance(choice, dict):
                 continue
             reply.text += choice.get("text") or ""
+            reply.logprobs += token_logprobs(choice)
             if on_text is not None:
                 on_text(reply.text)
             if prepared.stop is not None and prepared.stop(reply.text):

@@ -6,6 +6,8 @@
 - llama-server (`owned_by: "llamacpp"`, or a `/props` with `default_generation_settings`): stop strings, as the
   markers appear in its text; it sends the token counts with the last chunk on its own.
 - anything else OpenAI-compatible ("openai"): stop strings only, no parameter it may refuse.
+vLLM and llama-server are asked for `logprobs: 1`: each token's log probability, for the suggestion's confidence
+(confidence.py); where none come back the confidence is None and nothing is held back.
 The `remoteServer` setting names the kind instead of asking.
 """
 from __future__ import annotations
@@ -55,6 +57,8 @@ def completion_body(kind: str, *, model: str, prompt: str | list[int], max_token
                     same_vocabulary: bool) -> dict:
     """The streamed /v1/completions request for this kind of server (greedy: temperature 0)."""
     body: dict = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    if kind in ("vllm", "llama-server"):
+        body["logprobs"] = 1
     if kind == "vllm":
         body["stream_options"] = {"include_usage": True}
         if same_vocabulary and stops.token_ids:
@@ -83,3 +87,24 @@ def usage_counts(usage: dict | None) -> tuple[int | None, int, int | None]:
     prompt, generated = usage.get("prompt_tokens"), usage.get("completion_tokens")
     return (prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else 0,
             generated if isinstance(generated, int) else None)
+
+
+def token_logprobs(choice: dict) -> list[tuple[str, float | None]]:
+    """(token text, natural-log probability) of the tokens in one streamed choice: OpenAI's completions format
+    (`logprobs.tokens` + `token_logprobs`: vLLM) or the chat format (`logprobs.content[{token, logprob}]`: newer
+    llama-server); [] when the chunk has none."""
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        return []
+    tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
+    if isinstance(tokens, list) and isinstance(values, list) and len(tokens) == len(values):
+        return [(str(text), _number(value)) for text, value in zip(tokens, values)]
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        return [(str(entry.get("token", "")), _number(entry.get("logprob")))
+                for entry in content if isinstance(entry, dict)]
+    return []
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -1,9 +1,12 @@
 """The CodeCue language server: pygls handlers that only wire the pieces together.
 
 Custom notifications (client -> server, params are plain objects; all fields optional):
-  codecue/didShowCompletion    {uri, length}
-  codecue/didAcceptCompletion  {uri, length, acceptedLength}   (acceptedLength < length for partial accepts)
-  codecue/didRejectCompletion  {uri, length}
+  codecue/didShowCompletion    {uri, length, id}
+  codecue/didAcceptCompletion  {uri, length, acceptedLength, id, text, position}   (acceptedLength < length for
+                               partial accepts; text: what was accepted, inserted at position {line, character})
+  codecue/didRejectCompletion  {uri, length, id}
+  id: the client's, one per suggestion shown: shown / accepted / rejected count once per id (telemetry.py); an
+  accept with text and position is checked for retention 30 s later (retention.py).
 Command: workspace/executeCommand "codecue.stats" -> counters and state (stats.server_stats).
 The server holds the backend (backend.CompletionBackend, once loaded: loading.py) and the background work
 (background.BackgroundWork); the handlers call them and the modules named in each.
@@ -41,6 +44,7 @@ from .loading import load_models
 from .positions import UNIT_COUNTERS, utf16_units
 from .prompt import OpenDocument, SyntaxCache
 from .protocol import CodeCueProtocol
+from .retention import RetentionChecks
 from .scheduler import PromptWorker, Scheduler
 from .stats import server_stats
 from .telemetry import Telemetry, event_params
@@ -81,7 +85,9 @@ class CodeCueServer(LanguageServer):
         self.typethrough = TypeThroughCache()
         self.background = BackgroundWork(self)  # next line, warm-up at rest, prompt growth
         self.telemetry = Telemetry()
+        self.retention = RetentionChecks(self.telemetry, self._open_text)
         self.completer: CompletionBackend | None = None  # set once loaded (loading.py)
+        self.pair_min_confidence = 0.0  # the loaded pair's gate threshold (models.toml), minConfidence "auto"
         self.load_error: str | None = None
         self.initialization_options = None
         self.syntax = _new_syntax_cache()
@@ -95,6 +101,12 @@ class CodeCueServer(LanguageServer):
     @property
     def ready(self) -> bool:
         return self.completer is not None
+
+    def min_confidence(self) -> float:
+        """The confidence gate's threshold in force: the setting, or with "auto" the loaded pair's."""
+        if self.settings.min_confidence is None:
+            return self.pair_min_confidence
+        return self.settings.min_confidence
 
     def report_server_error(self, error: Exception, source) -> None:
         # Malformed messages are logged, not shown: a popup per bad message helps nobody.
@@ -135,6 +147,10 @@ class CodeCueServer(LanguageServer):
         if _LONE_SURROGATE.search(text):  # from "\ud800" escapes in the JSON; same length, so offsets hold
             text = _LONE_SURROGATE.sub("\ufffd", text)
         return Snapshot(uri=doc.uri, language_id=doc.language_id or "", version=doc.version, text=text)
+
+    def _open_text(self, uri: str) -> str | None:
+        snap = self.snapshot(uri)
+        return snap.text if snap is not None else None
 
     def current_version(self, uri: str) -> int | None:
         doc = self.workspace.text_documents.get(unquote(uri))
@@ -285,7 +301,9 @@ def make_server(cli_settings: dict | None = None) -> CodeCueServer:
 
     @server.feature("codecue/didAcceptCompletion")
     def on_accepted(ls: CodeCueServer, params) -> None:
-        ls.telemetry.on_accepted(event_params(params))
+        event = event_params(params)
+        ls.telemetry.on_accepted(event)
+        ls.retention.accepted(event)
 
     @server.feature("codecue/didRejectCompletion")
     def on_rejected(ls: CodeCueServer, params) -> None:

@@ -8,6 +8,7 @@ def server_stats(ls) -> dict:
     out = ls.telemetry.snapshot()
     out["ready"] = ls.ready
     out["load_error"] = ls.load_error
+    out["min_confidence"] = ls.min_confidence()
     out["pair"] = ls.settings.pair
     backend = ls.completer
     if backend is None:  # loading, or the load failed

@@ -4,16 +4,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
+ID_MEMORY = 10_000  # suggestion ids remembered, so each is counted once; older ones fall off (a soak stays flat)
 LATENCY_WINDOW = 2000  # latency percentiles cover the last this many requests (a soak sees it fill, then stay)
 
 COUNTERS = ("requests", "completed", "empty", "cancelled", "superseded", "stale", "typethrough_hits", "not_ready",
+            # shown / accepted / rejected: once per suggestion id (a notification without one counts once itself)
             "shown", "accepted", "rejected", "errors",
+            # requests the user made (triggerKind Invoked), the alternatives returned to them (alternatives.py), and
+            # automatic suggestions held back by minConfidence
+            "invoked", "alternatives", "gated",
             # the backend could not answer (a remote engine down, a 5xx, a timeout): not a cancel, not an answer
             "failed",
             # the line after a taken suggestion or a resting cursor's line, written in the background (next_line.py):
@@ -61,13 +66,45 @@ class EngineTotals:
         return out
 
 
+class SeenIds:
+    """The last ID_MEMORY suggestion ids of one kind of event."""
+
+    def __init__(self, size: int = ID_MEMORY) -> None:
+        self.size, self.ids = size, OrderedDict()
+
+    def first_time(self, suggestion_id: str) -> bool:
+        if suggestion_id in self.ids:
+            self.ids.move_to_end(suggestion_id)
+            return False
+        self.ids[suggestion_id] = None
+        if len(self.ids) > self.size:
+            self.ids.popitem(last=False)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 @dataclass
 class Telemetry:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     accepted_chars: int = 0
     shown_chars: int = 0
+    # retention.py: accepted characters still there 30 s later, of those checked; checks not yet run
+    retained_chars: int = 0
+    retention_checked_chars: int = 0
+    retention_pending: int = 0
     engine: EngineTotals = field(default_factory=EngineTotals)
+    seen: dict[str, SeenIds] = field(default_factory=lambda: {name: SeenIds() for name in ("shown", "accepted",
+                                                                                          "rejected")})
+
+    def first_time(self, kind: str, event: dict) -> bool:
+        """Whether this event is the first of its kind for its suggestion: always for an event without an id."""
+        suggestion_id = event.get("id")
+        if not isinstance(suggestion_id, str) or not suggestion_id:
+            return True
+        return self.seen[kind].first_time(suggestion_id)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
@@ -76,18 +113,22 @@ class Telemetry:
         self.latencies_ms.append(seconds * 1000.0)
 
     def on_shown(self, event: dict) -> None:
-        self.count("shown")
-        self.shown_chars += _int(event.get("length"))
-        logger.info("completion shown: %s", event)
+        if self.first_time("shown", event):
+            self.count("shown")
+            self.shown_chars += _int(event.get("length"))
+        logger.info("completion shown: %s", _logged(event))
 
     def on_accepted(self, event: dict) -> None:
-        self.count("accepted")
-        self.accepted_chars += _int(event.get("acceptedLength", event.get("length")))
-        logger.info("completion accepted: %s", event)
+        """One accepted suggestion per id; every accept (a partial one too) adds the characters it took."""
+        if self.first_time("accepted", event):
+            self.count("accepted")
+        self.accepted_chars += accepted_length(event)
+        logger.info("completion accepted: %s", _logged(event))
 
     def on_rejected(self, event: dict) -> None:
-        self.count("rejected")
-        logger.info("completion rejected: %s", event)
+        if self.first_time("rejected", event):
+            self.count("rejected")
+        logger.info("completion rejected: %s", _logged(event))
 
     def snapshot(self) -> dict[str, Any]:
         lat = sorted(self.latencies_ms)
@@ -100,6 +141,9 @@ class Telemetry:
         }
         out["accepted_chars"] = self.accepted_chars
         out["shown_chars"] = self.shown_chars
+        out["retained_chars"] = self.retained_chars
+        out["retention_checked_chars"] = self.retention_checked_chars
+        out["retention_pending"] = self.retention_pending
         out["engine"] = self.engine.as_dict()
         return out
 
@@ -123,6 +167,22 @@ def percentile(sorted_values: list[float], pct: float) -> float:
         return 0.0
     rank = max(1, -(-len(sorted_values) * pct // 100))  # ceil
     return float(sorted_values[int(rank) - 1])
+
+
+def accepted_length(event: dict) -> int:
+    """The characters one accept took: acceptedLength, else the accepted text's length, else the suggestion's."""
+    if "acceptedLength" in event:
+        return _int(event["acceptedLength"])
+    if isinstance(event.get("text"), str):
+        return len(event["text"])
+    return _int(event.get("length"))
+
+
+def _logged(event: dict) -> dict:
+    """The event without the accepted text: the log says how much, not the user's code."""
+    if isinstance(event.get("text"), str):
+        return {**event, "text": f"<{len(event['text'])} characters>"}
+    return event
 
 
 def _int(value: Any) -> int:

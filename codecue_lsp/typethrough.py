@@ -42,6 +42,12 @@ class TypeThroughCache:
         self._put((uri, digest, line_suffix), text)
         self._last[uri] = Suggestion(len(prefix), digest, line_suffix, text)
 
+    def remember_held_back(self, uri: str, prefix: str, line_suffix: str, text: str) -> None:
+        """A suggestion the confidence gate did not show: once the user types its first characters (the start it was
+        unsure of, now written) the rest is answered as for a shown one; the same cursor again gets nothing from it."""
+        if text:
+            self._last[uri] = Suggestion(len(prefix), text_hash(prefix), line_suffix, text)
+
     def lookup(self, uri: str, prefix: str, line_suffix: str) -> str | None:
         """The rest of a cached suggestion for this cursor, or None."""
         digest = text_hash(prefix)

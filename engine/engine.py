@@ -207,7 +207,8 @@ class Engine:
                 self.shared_passes.done()
             if result.finish_reason != "cancelled":
                 self.acceptance.add_length(len(result.token_ids), request.kind)
-            if request.session is not None and result.token_ids:
+            # An alternative (first_rank) is not what the user is likely to type: it stays out of the lookup history.
+            if request.session is not None and result.token_ids and not request.first_rank:
                 self._remember(request.session, session, list(request.prompt_ids), result.token_ids)
             return result
 

@@ -67,6 +67,10 @@ class CompletionRequest:
     # What the client asks for ("line" or "block": the server's prompt mode; "" unknown). The auto policy expects a
     # completion to run as long as earlier ones of its kind: single lines stop after ~5-15 tokens, blocks run to 50-64.
     kind: str = ""
+    # 0: the target's own first token (greedy's). r > 0: the first generated token is the target's (r+1)-th most likely
+    # at the first position (after healing's mask), and the rest continues as usual: another suggestion for a user who
+    # asks for more (the server's alternatives). No such token (healing allows fewer): an empty result, reason "eos".
+    first_rank: int = 0
 
 
 @dataclass
@@ -133,3 +137,6 @@ class CompletionResult:
     token_ids: list[int]
     finish_reason: FinishReason
     stats: CompletionStats = field(default_factory=CompletionStats)
+    # The target's probability (softmax of its logits, temperature 1) of each token of token_ids, from the verify
+    # passes that chose them; the first token's under healing's mask, when there is one.
+    token_probs: list[float] = field(default_factory=list)

@@ -4,7 +4,7 @@
 #   scripts/build-llama-cpp.sh [--avx2] [--force]
 #
 # Result: $CODECUE_HOME/llama.cpp/build/bin/{llama-server,llama-bench,llama-completion} (CODECUE_HOME defaults to
-# ~/.cache/codecue). Runs at benchmark time only: never in CI, and the binaries are never committed. GGML_NATIVE=ON
+# ~/.cache/codecue). Run by .ci/run (for `make test-remote`) and by the benchmarks; the binaries are never committed. GGML_NATIVE=ON
 # tunes the build to this CPU, so the stamp records the CPU model and a build from another machine is redone.
 # ~5 minutes on 2 cores. Idempotent: exits at once when the same version is already built for this CPU.
 # --avx2: AVX2 kernels only (no AVX-512), shared libraries included (libllama.so for llama-cpp-python through

@@ -8,6 +8,8 @@
 - llama-server: `owned_by: "llamacpp"`, `/props` with `default_generation_settings`, `POST /tokenize {content,
   add_special, parse_special}`; special tokens are in its text, so marker stop strings match; `usage` comes with
   the finishing chunk.
+With `logprobs` in the body, each token's chunk carries its log probability (TOKEN_LOGPROB), in vLLM's
+completions format (`tokens` + `token_logprobs`) or llama-server's (`content[{token, logprob}]`).
 The model "writes" `script` (token id, text, special?). Each POST /v1/completions takes the next entry of `plan`
 (then "stream"): "stream", "drop" (close the connection without an answer), ("status", code, headers, body),
 ("error_after", n), ("trickle", seconds) (a token every so often, never finishing), ("flood", bytes).
@@ -27,6 +29,7 @@ from typing import Callable
 EOS = 0  # the tiny pair's <|endoftext|> (engine/testing: special tokens 0..7, the Qwen markers)
 FILE_SEP = 7
 HANG_GUARD_S = 60
+TOKEN_LOGPROB = -0.25  # every token's log probability, where the request asks for them
 
 
 @dataclass(frozen=True)
@@ -155,9 +158,16 @@ class FakeEngine:
         except (BrokenPipeError, ConnectionResetError):  # the client closed the stream: a cancel
             pass
 
-    def chunk(self, text: str, finish: str | None, usage: dict | None = None) -> dict:
+    def chunk(self, text: str, finish: str | None, usage: dict | None = None, logprob: float | None = None) -> dict:
+        logprobs = None
+        if logprob is not None and self.kind == "vllm":
+            logprobs = {"tokens": [text], "token_logprobs": [logprob], "top_logprobs": [{text: logprob}],
+                        "text_offset": [0]}
+        elif logprob is not None:
+            logprobs = {"content": [{"token": text, "logprob": logprob, "bytes": list(text.encode()),
+                                     "top_logprobs": []}]}
         out = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": self.model,
-               "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+               "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
         if usage is not None:
             out["usage"] = usage
         return out
@@ -185,7 +195,7 @@ class FakeEngine:
                 finish = "stop"
             text += piece
             if piece:
-                event(h, self.chunk(piece, None))
+                event(h, self.chunk(piece, None, logprob=TOKEN_LOGPROB if body.get("logprobs") else None))
             if hit is not None:
                 break
         prompt = body.get("prompt")

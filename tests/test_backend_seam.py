@@ -61,8 +61,8 @@ def protocol_members() -> dict[str, object]:
 
 def test_the_protocol_names_what_the_server_needs():
     assert set(protocol_members()) == {
-        "kind", "supports_prefill", "supports_next_line", "indexes_workspace",
-        "prepare", "prompt_tokens", "cold_prompt_tokens", "submit", "finish", "complete",
+        "kind", "supports_prefill", "supports_next_line", "indexes_workspace", "supports_alternatives",
+        "prepare", "prompt_tokens", "cold_prompt_tokens", "submit", "alternative", "finish", "complete",
         "prefill", "prepare_growth", "grow", "take_growth", "update_workspace", "forget",
         "stats", "health", "describe", "watch_health", "close"}
 
@@ -93,6 +93,9 @@ def test_both_backends_pass_as_completion_backends_at_runtime():
         local, remote = backends
         assert (local.supports_prefill, local.supports_next_line, local.indexes_workspace) == (True, True, True)
         assert (remote.supports_prefill, remote.supports_next_line, remote.indexes_workspace) == (False, False, False)
+        assert (local.supports_alternatives, remote.supports_alternatives) == (True, False)
+        nothing = remote.alternative(None, 1, CancelToken()).result(timeout=5)  # one item from a remote engine
+        assert (nothing.text, nothing.outcome) == ("", "completed")
         remote.close()
     finally:
         engine.close()

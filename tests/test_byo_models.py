@@ -241,6 +241,20 @@ def test_a_pair_naming_an_unknown_model_is_a_clear_error(tmp_path):
         load_config(toml)
 
 
+@pytest.mark.parametrize("line,expected", [("", 0.0), ("min_confidence = 0.35\n", 0.35), ("min_confidence = 1\n", 1.0),
+                                           ("min_confidence = 1.5\n", None), ("min_confidence = \"high\"\n", None),
+                                           ("min_confidence = true\n", None)])
+def test_a_pairs_gate_threshold_is_a_probability(tmp_path, line, expected):
+    toml = tmp_path / "models.toml"
+    toml.write_text('[fim.f]\nprefix = "<p>"\nsuffix = "<s>"\nmiddle = "<m>"\n'
+                    '[models.a]\nfamily = "f"\npath = "a"\n[pairs.p]\ntarget = "a"\n' + line)
+    if expected is None:
+        with pytest.raises(ModelsError, match="pair 'p': min_confidence"):
+            load_config(toml)
+    else:
+        assert load_config(toml).pair("p").min_confidence == expected
+
+
 # ---- codecue-models ----------------------------------------------------------------------------------------------
 
 def test_list_shows_states_and_fetch_converts_without_touching_the_users_files(byo, tmp_path, monkeypatch, capsys):

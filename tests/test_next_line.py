@@ -7,7 +7,8 @@ import pytest
 import pytest_asyncio
 from server_harness import Gate, tiny_in_process_server
 
-from codecue_lsp.next_line import enter_at, next_line, start_next_line
+import codecue_lsp.next_line as next_line_module
+from codecue_lsp.next_line import _writer_ahead as writer_ahead, enter_at, next_line, start_next_line
 from codecue_lsp.positions import cursor_at
 from codecue_lsp.prompt import OpenDocument
 from codecue_lsp.prompt.text import split_cursor
@@ -159,7 +160,7 @@ async def test_the_writer_leaves_its_line_for_the_type_through_cache(served):
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("where", ["at the suggestion's end", "after Enter and indentation"])
-async def test_a_cursor_ahead_of_the_writer_waits_for_it(served, where):
+async def test_a_cursor_ahead_of_the_writer_waits_for_it(served, where, monkeypatch):
     """Typed out (or Enter pressed) before the next line is written: the request waits for the writer instead of
     stopping it and asking the engine the same again."""
     client, server = served, served.server
@@ -172,10 +173,18 @@ async def test_a_cursor_ahead_of_the_writer_waits_for_it(served, where):
         typed, line, character, expected = suggestion, 1, len("    total = a" + suggestion), "\n" + written
     else:
         typed, line, character, expected = suggestion + "\n" + indent, 2, len(indent), written[len(indent):]
+    waiting = asyncio.Event()  # set when the request finds the writer it will wait for
+
+    def writer_found(*args):
+        task = writer_ahead(*args)
+        if task is not None:
+            waiting.set()
+        return task
+    monkeypatch.setattr(next_line_module, "_writer_ahead", writer_found)
     client.change(uri, 2, DOC + typed)
     _, answer = client.complete(uri, line, character)
-    await asyncio.sleep(0.2)
-    assert not answer.done() and writer.live  # waiting, and the writer goes on
+    await asyncio.wait_for(waiting.wait(), 60)
+    assert not answer.done() and writer.live  # waiting (the writer is held at its gate), and the writer goes on
     gate.opened.set()
     items = (await asyncio.wait_for(answer, 60))["result"]["items"]
     after = await client.stats()

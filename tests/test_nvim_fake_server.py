@@ -13,17 +13,14 @@ import pytest
 
 pytestmark = pytest.mark.editor  # run by editor-clients/test.sh, which installs Neovim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "editor-clients" / "testing"))
-from nvim_editor import Editor, fake_server_cmd  # noqa: E402
+from nvim_editor import editor_on_fake_server  # noqa: E402
 
 SUGGESTION = "foo.bar(1)\\n    return 2"  # as the env var carries it: "\n" written as backslash-n
 
 
 @pytest.fixture
 def editor(tmp_path):
-    ed = Editor(fake_server_cmd(), {"FAKE_COMPLETION": SUGGESTION})
-    ed.path = tmp_path / "example.py"
-    ed.path.write_text("")
-    ed.open(ed.path)
+    ed = editor_on_fake_server(tmp_path, SUGGESTION)
     yield ed
     ed.close()
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pynvim  # a test dependency (pyproject [test]): if it is missing the editor suite fails, never skips
 import pytest
 
+from codecue_lsp.config import DEFAULT_LANGUAGES
+
 pytestmark = pytest.mark.editor  # run by editor-clients/test.sh, which installs Neovim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "editor-clients" / "testing"))
 from nvim_editor import (  # noqa: E402
@@ -85,7 +87,8 @@ def test_files_from_different_roots_share_one_server(tmp_path):
 # --- item 3: the server is told the client's languages ------------------------------------------------------------
 
 def test_lua_buffer_gets_a_suggestion_from_the_real_server(tiny_pair_env, tmp_path):
-    ed = Editor(real_server_cmd(), tiny_pair_env)
+    # Not in the default list (the server's DEFAULT_LANGUAGES): added as users add a language.
+    ed = Editor(real_server_cmd(), tiny_pair_env, filetypes={"lua": True, "sh": True})
     try:
         sent = ed.lua("return vim.lsp.config.codecue.init_options")
         assert {"lua", "shellscript", "python"} <= set(sent["enabledLanguages"])
@@ -163,12 +166,21 @@ def test_toggles_per_buffer_and_per_filetype_at_run_time(tmp_path):
         ed.close()
 
 
+def test_the_default_filetypes_are_the_servers_default_languages():
+    ed = fake_editor()
+    try:
+        assert ed.lua("return vim.lsp.config.codecue.filetypes") == sorted(DEFAULT_LANGUAGES)
+        assert ed.lua("return vim.lsp.config.codecue.init_options.enabledLanguages") == sorted(DEFAULT_LANGUAGES)
+    finally:
+        ed.close()
+
+
 def test_filetypes_overrides_in_setup():
     ed = fake_editor(filetypes={"python": False, "yaml": True})
     try:
         cfg = ed.lua("local c = vim.lsp.config.codecue "
                      "return { filetypes = c.filetypes, init_options = c.init_options }")
-        assert "python" not in cfg["filetypes"] and {"yaml", "lua", "go"} <= set(cfg["filetypes"])
+        assert "python" not in cfg["filetypes"] and {"yaml", "go"} <= set(cfg["filetypes"])
         langs = cfg["init_options"]["enabledLanguages"]
         assert "python" not in langs and "yaml" in langs
     finally:

@@ -90,7 +90,6 @@ async def scripted_session(proxy_command: list[str], stderr: Path) -> str:
                                            "position": {"line": 1, "character": 4}})  # it rests there
     change(2, "re", at(1, 4))
     first = ask(1, 6, "a")
-    await asyncio.sleep(0.05)
     client.protocol.notify("$/cancelRequest", types.CancelParams(id="a"))  # a keystroke came
     change(3, "t", at(1, 6))
     await ask(1, 7, "b")

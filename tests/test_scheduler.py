@@ -73,15 +73,19 @@ async def test_task_cancel_sets_the_engine_token():
     release = threading.Event()
     pool = concurrent.futures.ThreadPoolExecutor(1)
 
+    running = threading.Event()
+
     def fake_generation():
         # A fake engine loop: runs steps until its token is set (or it is released by the test).
+        running.set()
         while not ticket.token.is_set() and not release.wait(0.005):
             pass
         return "cancelled" if ticket.token.is_set() else "done"
 
     future = pool.submit(fake_generation)
     task = asyncio.ensure_future(await_engine(future, ticket.token))
-    await asyncio.sleep(0.02)
+    await asyncio.to_thread(running.wait)  # the generation runs, and the task awaits it
+    assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -24,6 +24,18 @@ def test_typing_off_the_suggestion_misses(prefix, suggestion, typed):
     assert c.lookup(U, typed, "") is None
 
 
+@pytest.mark.parametrize("typed, rest", [
+    ("x = fo", None),          # the same cursor: a held-back suggestion is not shown there
+    ("x = foo", "(bar)"),      # its first character typed: the rest, as for a shown one
+    ("x = foo(ba", "r)"),
+    ("x = fox", None),         # typed off it
+])
+def test_a_held_back_suggestion_shows_only_once_typed_into(typed, rest):
+    c = TypeThroughCache()
+    c.remember_held_back(U, "x = fo", "", "o(bar)")
+    assert c.lookup(U, typed, "") == rest
+
+
 def test_different_rest_of_line_misses():
     c = TypeThroughCache()
     c.remember(U, "f(", ")", "a, b")

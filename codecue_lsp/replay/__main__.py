@@ -8,10 +8,12 @@
                  [--compare "LABEL=EXTRA SERVER ARGS" ...] [--json REPORT.json] [--html REPORT.html]
                  [--sample-every 50] [--soak]
   codecue-replay run TRACE.jsonl --clients 1,2,4 [--stagger 2] [--server ...] [--json R.json] [--html R.html]
+  codecue-replay gate --choose REPORT_A.json --report REPORT_B.json [--label LABEL] [--json OUT.json]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -66,6 +68,23 @@ def cmd_record(args) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return record(command, args.out)
+
+
+def cmd_gate(args) -> int:
+    """minConfidence chosen on one replay report, its effect reported on another (gate.py)."""
+    from .gate import gate_report, gate_table, read_report
+
+    if Path(args.choose).resolve() == Path(args.report).resolve():
+        raise ValueError("choose the threshold on one set of traces and report it on another (--choose != --report)")
+    try:
+        result = gate_report(read_report(args.choose), read_report(args.report), args.label)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a `codecue-replay run --json` report: {exc!r} missing or malformed") from exc
+    print(gate_table(result))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    return 0
 
 
 def cmd_clients(args, events: list[dict], base: list[str]) -> int:
@@ -212,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tail-timeout", type=float, default=60.0,
                    help="seconds to wait for answers still pending at the end (and per request without a clock)")
     p.set_defaults(func=cmd_run)
+
+    p = commands.add_parser("gate", help="choose minConfidence on one replay report, report it on another")
+    p.add_argument("--choose", required=True, metavar="REPORT_A", help="`run --json` report the threshold is chosen on")
+    p.add_argument("--report", required=True, metavar="REPORT_B", help="`run --json` report of other traces")
+    p.add_argument("--label", help="the run of each report to use (default: its first)")
+    p.add_argument("--json", help="write the threshold and both outcomes here")
+    p.set_defaults(func=cmd_gate)
     return parser
 
 

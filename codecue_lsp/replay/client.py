@@ -4,10 +4,13 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
+import attrs
 from lsprotocol import types
 from pygls.io_ import run_async
 from pygls.lsp.client import LanguageClient
+from pygls.protocol import LanguageServerProtocol
 
 CLIENT_CAPABILITIES = types.ClientCapabilities(
     general=types.GeneralClientCapabilities(position_encodings=[types.PositionEncodingKind.Utf16]),
@@ -18,10 +21,26 @@ CLIENT_CAPABILITIES = types.ClientCapabilities(
 )
 
 
+@attrs.define
+class RawInlineCompletionResponse:
+    """An inlineCompletion response kept as the server's JSON: lsprotocol's item has no place for the fields a
+    CodeCue server adds to it (`codecue.confidence`, inline.py), and structuring would drop them."""
+    id: Any
+    result: Any = None
+    jsonrpc: str = "2.0"
+
+
+class ReplayProtocol(LanguageServerProtocol):
+    def get_result_type(self, method: str):
+        if method == types.TEXT_DOCUMENT_INLINE_COMPLETION:
+            return RawInlineCompletionResponse
+        return super().get_result_type(method)
+
+
 async def start_server(command: list[str], stderr_path: Path) -> tuple[LanguageClient, asyncio.subprocess.Process]:
     """Start `command` and connect a client to its stdio. Its stderr goes to a file, so a chatty server never
     blocks on a full pipe (pygls' own start_io pipes stderr and never reads it)."""
-    client = LanguageClient("codecue-replay", "0.1")
+    client = LanguageClient("codecue-replay", "0.1", protocol_cls=ReplayProtocol)
     for method in (types.WINDOW_LOG_MESSAGE, types.WINDOW_SHOW_MESSAGE, "$/logTrace", "telemetry/event"):
         client.feature(method)(lambda *args: None)  # an editor shows these; a replay has no one to show them to
     with open(stderr_path, "wb") as stderr:

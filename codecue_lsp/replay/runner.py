@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
+from pygls.protocol import default_converter
 
 from . import client as lsp
 from .trace import (
@@ -30,6 +31,7 @@ from .trace import (
     utf16_to_index,
 )
 
+lsp_converter = default_converter()
 CANCELLED_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
 
 
@@ -71,6 +73,7 @@ class RequestRecord:
     chars_saved: int = 0
     latency_ms: float | None = None
     cancel_latency_ms: float | None = None
+    confidence: float | None = None  # the server's for the suggestion (item codecue.confidence); None: not given
 
 
 @dataclass
@@ -91,8 +94,28 @@ class RunResult:
         return asdict(self)
 
 
+def confidence_from(result) -> float | None:
+    """The first item's `codecue.confidence` in a response kept as JSON (client.RawInlineCompletionResponse)."""
+    items = result.get("items") if isinstance(result, dict) else result
+    first = items[0] if isinstance(items, list) and items else None
+    extra = first.get("codecue") if isinstance(first, dict) else None
+    value = extra.get("confidence") if isinstance(extra, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def structured(result):
+    """A response kept as JSON, as lsprotocol's types (what the server's extra fields are dropped from)."""
+    if isinstance(result, dict):
+        return lsp_converter.structure(result, types.InlineCompletionList)
+    if isinstance(result, list):
+        return [lsp_converter.structure(item, types.InlineCompletionItem) if isinstance(item, dict) else item
+                for item in result]
+    return result
+
+
 def suggestion_from(result, line_text: str, character: int) -> str:
     """Text a VS Code-like editor would show after the cursor for the first inline-completion item."""
+    result = structured(result)
     items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
     if not items:
         return ""
@@ -305,6 +328,7 @@ class Replay:
         exc = future.exception()
         if exc is None:
             record.suggestion = suggestion_from(future.result(), line_text, record.character)
+            record.confidence = confidence_from(future.result())
             record.outcome = "answered" if record.suggestion else "empty"
         elif isinstance(exc, JsonRpcException) and exc.code in CANCELLED_CODES:
             record.outcome = "cancelled"

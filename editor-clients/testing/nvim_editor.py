@@ -15,6 +15,7 @@ import pynvim
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editor-clients" / "nvim"
 FAKE_SERVER = ROOT / "editor-clients" / "testing" / "fake_server.py"
+VENDOR = ROOT / "editor-clients" / "testing" / "vendor"  # pinned nvim-cmp and blink.cmp (VENDORED.md)
 
 
 def nvim_binary() -> str:
@@ -121,3 +122,13 @@ def split_keys(keys: str) -> list[str]:
             out.append(keys[i])
             i += 1
     return out
+
+
+def editor_on_fake_server(tmp_path: Path, completion: str) -> Editor:
+    """An Editor on an empty example.py (its path in `.path`) against the fixed-answer server answering
+    `completion` (FAKE_COMPLETION: "\\n" for a line break)."""
+    ed = Editor(fake_server_cmd(), {"FAKE_COMPLETION": completion})
+    ed.path = tmp_path / "example.py"
+    ed.path.write_text("")
+    ed.open(ed.path)
+    return ed

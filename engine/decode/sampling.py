@@ -90,3 +90,32 @@ def accept_sampled(target_logits: torch.Tensor, drafted: list[int], draft_probs:
             residual, total = p_i, float(p_i.sum())
         return i, sample(residual / total, generator)
     return len(drafted), sample(p[len(drafted)], generator)
+
+
+def chosen_probs(target_logits: torch.Tensor, tokens: list[int]) -> list[float]:
+    """The target's probability of tokens[i] at row i of a verify pass: exp(logit - logsumexp(row)), only over the
+    rows committed (a few vectorised reductions per pass, next to the pass itself negligible)."""
+    if not tokens:
+        return []
+    rows = target_logits.reshape(-1, target_logits.shape[-1])[:len(tokens)].float()
+    index = torch.tensor(tokens, device=rows.device).unsqueeze(1)
+    picked = rows.gather(1, index).squeeze(1)
+    return torch.exp(picked - torch.logsumexp(rows, dim=-1)).tolist()
+
+
+def ranked_first(target_logits: torch.Tensor, rank: int) -> int | None:
+    """The first row's (rank+1)-th most likely token, or None where fewer tokens are possible (masked to -inf)."""
+    row = target_logits.reshape(-1, target_logits.shape[-1])[0].float()
+    if rank >= row.shape[-1]:
+        return None
+    values, ids = torch.topk(row, rank + 1)
+    return int(ids[rank]) if bool(torch.isfinite(values[rank])) else None
+
+
+def force_first(target_logits: torch.Tensor, token: int) -> torch.Tensor:
+    """The logits with the first row allowing only `token`: greedy and sampling both choose it there."""
+    forced = torch.full_like(target_logits[0], float("-inf"))
+    forced[token] = 0.0
+    logits = target_logits.clone()
+    logits[0] = forced
+    return logits

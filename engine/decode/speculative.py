@@ -21,7 +21,7 @@ import torch
 from engine.decode.drafters import Draft
 from engine.decode.healing import mask_first
 from engine.decode.kvcache import TrackedCache
-from engine.decode.sampling import accept_greedy, accept_sampled
+from engine.decode.sampling import accept_greedy, accept_sampled, chosen_probs, force_first, ranked_first
 from engine.interrupt import PassCancelled
 from engine.types import (
     CancelToken,
@@ -106,6 +106,7 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
     sampling = request.temperature > 0
     started = time.perf_counter()
     generated: list[int] = []
+    probs: list[float] = []  # the target's probability of each generated token
     text = ""
     healed = request.heal.decode("utf-8") if first_allowed is not None else ""
 
@@ -122,7 +123,8 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
     def finish(reason: str) -> CompletionResult:
         stats.seconds_total = time.perf_counter() - started
         stats.speculation_enabled = controller.enabled
-        return CompletionResult(text=text, token_ids=generated, finish_reason=reason, stats=stats)
+        return CompletionResult(text=text, token_ids=generated, finish_reason=reason, stats=stats,
+                                token_probs=probs[:len(generated)])
 
     prompt = list(request.prompt_ids)
     if not prompt:
@@ -166,6 +168,13 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
             return finish("cancelled")
         if first_allowed is not None and stats.target_passes == 0:
             logits = mask_first(logits, first_allowed)  # the same mask with or without drafts: still lossless
+        scored = logits  # the probabilities reported: the target's own, before an alternative's forced first token
+        if request.first_rank and stats.target_passes == 0:
+            forced = ranked_first(logits, request.first_rank)
+            if forced is None:
+                target.truncate(len(tokens))
+                return finish("eos")
+            logits = force_first(logits, forced)
         if sampling:
             n, next_token = accept_sampled(logits, draft.tokens, draft.probs, request.temperature,
                                            request.top_p, generator)
@@ -182,12 +191,14 @@ def generate(target: TrackedCache, drafter, controller, request: CompletionReque
         # No draft prefix but the whole draft can finish the completion (cut_at_finish): where it does and all of it
         # was kept, target alone would stop there, before the target's own next token.
         new = draft.tokens[:n] + ([] if draft_finishes and n == len(draft.tokens) else [next_token])
+        new_probs = chosen_probs(scored, new)
         tokens = tokens + new
-        for token in new:
+        for token, prob in zip(new, new_probs):
             if token in stop_token_ids:
                 text = text_of(generated)
                 return finish("eos")
             generated.append(token)
+            probs.append(prob)
             if len(generated) >= request.max_new_tokens:
                 break
         text = text_of(generated)

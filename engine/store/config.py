@@ -86,6 +86,9 @@ class PairSpec:
     # ("frequency").
     draft_vocab: int = 0
     draft_vocab_order: str = "id"
+    # The confidence gate's threshold for this pair's target (the server's minConfidence "auto"): what
+    # `codecue-replay gate` chose on replayed typing with this target (docs/performance.md); 0: no gate.
+    min_confidence: float = 0.0
 
 
 @dataclass
@@ -151,8 +154,16 @@ def load_config(path: Path | str | None = None) -> ModelsConfig:
             compile=None if p.get("compile") is None else bool(p["compile"]),
             draft_vocab=int(p.get("draft_vocab", 0)),
             draft_vocab_order=draft_vocab_order_of(p.get("draft_vocab_order")),
+            min_confidence=min_confidence_of(name, p.get("min_confidence", 0.0)),
         )
     return config
+
+
+def min_confidence_of(pair: str, value) -> float:
+    """models.toml's `min_confidence` of a pair: a probability, 0..1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ModelsError(f"pair {pair!r}: min_confidence = {value!r}: give a number from 0 to 1 (0: no gate)")
+    return float(value)
 
 
 def draft_vocab_order_of(value) -> str:

@@ -3,15 +3,21 @@
 // telemetry.ts and cursor-rest.ts hold the rules.
 import { homedir } from 'node:os';
 import * as vscode from 'vscode';
-import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from 'vscode-languageclient/node';
+import {
+  CloseAction, ErrorAction, LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind,
+} from 'vscode-languageclient/node';
 
 import { CursorRest, EditorState, METHOD as MOVE_CURSOR } from './cursor-rest';
+import { RestartPolicy } from './restarts';
 import { expandPath, Places, resolveServer } from './server-path';
-import { documentSelector, mergeGlobs, needsRestart, readSettings, serverSettings, Settings } from './settings';
+import {
+  documentSelector, languageEnabled, languagesOutside, mergeGlobs, needsRestart, readSettings, serverSettings, Settings,
+} from './settings';
 import { Status } from './status';
-import { Place, textAtCursor, Tracker } from './telemetry';
+import { LineAt, Place, textAtCursor, Tracker } from './telemetry';
 
 let client: LanguageClient | undefined;
+let clientLanguages: string[] = []; // the enabled languages when the client started: its document selector
 let settings: Settings;
 let output: vscode.LogOutputChannel;
 let statusItem: vscode.StatusBarItem;
@@ -51,6 +57,10 @@ function placeOf(document: vscode.TextDocument, position: vscode.Position): Plac
   return { uri: document.uri.toString(), line: position.line, before };
 }
 
+function linesOf(document: vscode.TextDocument): LineAt {
+  return (line) => document.lineAt(line).text;
+}
+
 async function provideInlineCompletionItems(
   document: vscode.TextDocument,
   position: vscode.Position,
@@ -59,11 +69,13 @@ async function provideInlineCompletionItems(
   next: (d: vscode.TextDocument, p: vscode.Position, c: vscode.InlineCompletionContext, t: vscode.CancellationToken)
     => vscode.ProviderResult<vscode.InlineCompletionItem[] | vscode.InlineCompletionList>,
 ): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
-  if (!settings.enable) {
+  // A language switched off since the client started: its documents are still sent, but not completed.
+  if (!settings.enable || !languageEnabled(settings.enabledLanguages, document.languageId)) {
     return [];
   }
   const place = placeOf(document, position);
-  tracker.requested(place);
+  const lineAt = linesOf(document);
+  tracker.requested(place, lineAt);
   const started = Date.now();
   const result = await next(document, position, context, token);
   if (token.isCancellationRequested) {
@@ -75,17 +87,21 @@ async function provideInlineCompletionItems(
     status.latency(Date.now() - started);
     render();
   }
+  // Every item goes back to VS Code: after an explicit request (its next/previous suggestion commands) there may be
+  // several to cycle through. Each gets a command, which VS Code runs after Tab inserted it: the accept notification.
+  const usable: [vscode.InlineCompletionItem, string][] = [];
   for (const item of items) {
     const insert = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
     const start = item.range?.start.line === position.line ? item.range.start.character : undefined;
     const text = textAtCursor(insert, start, place);
     if (text !== undefined) {
-      // VS Code runs the item's command after Tab inserted it: that is the accept notification.
-      item.command = { title: 'CodeCue: accepted', command: 'codecue.didAccept', arguments: [place.uri, text] };
-      tracker.provided(place, text);
-      break;
+      usable.push([item, text]);
     }
   }
+  const ids = tracker.provided(place, usable.map(([, text]) => text), lineAt);
+  usable.forEach(([item], i) => {
+    item.command = { title: 'CodeCue: accepted', command: 'codecue.didAccept', arguments: [place.uri, ids[i]] };
+  });
   return result;
 }
 
@@ -100,7 +116,8 @@ async function acceptPart(kind: 'word' | 'line'): Promise<void> {
   const place = placeOf(editor.document, from);
   await vscode.commands.executeCommand(command);
   const to = editor.selection.active;
-  tracker.partlyAccepted(place, to.isAfter(from) ? editor.document.getText(new vscode.Range(from, to)) : '');
+  const inserted = to.isAfter(from) ? editor.document.getText(new vscode.Range(from, to)) : '';
+  tracker.partlyAccepted(place, inserted, linesOf(editor.document));
 }
 
 /** A document's uri as the client converts it for didOpen, so the server finds the document it has. */
@@ -129,6 +146,16 @@ function places(): Places {
   return { home: homedir(), workspaceFolder: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath };
 }
 
+/** Write errors never stop the client (a dead server fails every write); its exit decides (restarts.ts). */
+function errorHandler(policy: RestartPolicy): NonNullable<LanguageClientOptions['errorHandler']> {
+  return {
+    error: () => ({ action: ErrorAction.Continue }),
+    closed: () => policy.closed() === 'restart'
+      ? { action: CloseAction.Restart }
+      : { action: CloseAction.DoNotRestart, message: 'The CodeCue server crashed 5 times in 3 minutes: click "CodeCue crashed" to start it again.' },
+  };
+}
+
 function createClient(s: Settings, command: string, env: Record<string, string | undefined>): LanguageClient {
   const where = places();
   const serverOptions: ServerOptions = {
@@ -145,6 +172,7 @@ function createClient(s: Settings, command: string, env: Record<string, string |
     // and rootUri, then didChangeWorkspaceFolders) and advertises didChangeWatchedFiles with dynamic registration,
     // which the server's project index uses to find and follow the workspace's files.
     synchronize: { configurationSection: 'codecue' },
+    errorHandler: errorHandler(new RestartPolicy()),
     middleware: {
       provideInlineCompletionItems,
       // Model loading reports $/progress. Handled here rather than with onRequest(WorkDoneProgressCreateRequest),
@@ -188,6 +216,7 @@ async function startClient(): Promise<void> {
   }
   const c = createClient(settings, resolved.command, env);
   client = c;
+  clientLanguages = settings.enabledLanguages;
   // Every state, not only Stopped: after a crash the client restarts the server itself (Starting, Running).
   c.onDidChangeState((e) => {
     if (client !== c) {
@@ -200,7 +229,7 @@ async function startClient(): Promise<void> {
       // The file that started the server (or all open ones after a crash) has nothing prepared yet.
       cursorRest.focused(editorState(vscode.window.activeTextEditor));
     } else {
-      status.stopped();
+      status.stopped(); // Stopped or StartFailed: restarted by the client (Starting follows), or given up
     }
     render();
   });
@@ -222,7 +251,7 @@ async function restartClient(): Promise<void> {
 /** Whether an open document is one CodeCue completes: the server (and its model) starts only then, since the
  * extension activates for more languages than are enabled by default. */
 function wanted(document: vscode.TextDocument): boolean {
-  return settings.enabledLanguages.includes(document.languageId)
+  return languageEnabled(settings.enabledLanguages, document.languageId)
     && (document.uri.scheme === 'file' || document.uri.scheme === 'untitled');
 }
 
@@ -236,7 +265,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   settings = currentSettings();
   output = vscode.window.createOutputChannel('CodeCue', { log: true });
   statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  statusItem.command = 'codecue.toggle';
+  statusItem.command = 'codecue.statusItemClicked';
   statusItem.show();
   status.enabled = settings.enable;
   context.subscriptions.push(
@@ -244,8 +273,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     statusItem,
     vscode.commands.registerCommand('codecue.toggle', () =>
       vscode.workspace.getConfiguration('codecue').update('enable', !settings.enable, vscode.ConfigurationTarget.Global)),
+    vscode.commands.registerCommand('codecue.statusItemClicked', () =>
+      vscode.commands.executeCommand(status.clickAction() === 'restart' ? 'codecue.restartServer' : 'codecue.toggle')),
     vscode.commands.registerCommand('codecue.showLog', () => output.show(true)),
-    vscode.commands.registerCommand('codecue.didAccept', (uri: string, text: string) => tracker.accepted(uri, text)),
+    vscode.commands.registerCommand('codecue.didAccept', (uri: string, id: string) => tracker.accepted(uri, id)),
     vscode.commands.registerCommand('codecue.acceptNextWord', () => acceptPart('word')),
     vscode.commands.registerCommand('codecue.acceptNextLine', () => acceptPart('line')),
     vscode.commands.registerCommand('codecue.triggerSuggestion',
@@ -270,12 +301,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       settings = currentSettings();
       status.enabled = settings.enable;
       render();
-      if (needsRestart(before, settings)) {
-        if (client || status.phase === 'error') {
-          await restartClient();
-        } else {
-          await startWhenWanted();
-        }
+      // A language switched off needs no restart; one the running client does not send documents of does.
+      const restart = needsRestart(before, settings)
+        || languagesOutside(clientLanguages, settings.enabledLanguages).length > 0;
+      if (restart && (client || status.phase === 'error')) {
+        await restartClient();
+      } else {
+        await startWhenWanted(); // a language just enabled may have a document open already
       }
     }),
     cursorRest,

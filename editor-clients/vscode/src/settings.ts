@@ -22,6 +22,7 @@ export interface Settings {
   excludeGlobs: string[]; // gitignore-style, relative to a workspace folder: never indexed nor sent
   maxIndexedFiles: number;
   indexCache: boolean;
+  minConfidence: number | null; // 0..1; 0: every suggestion is shown; null: the pair's threshold (auto)
 }
 
 /** The part of vscode.WorkspaceConfiguration that is read here. */
@@ -68,6 +69,7 @@ export function readSettings(config: ConfigReader): Settings {
     excludeGlobs: mergeGlobs([config.get<unknown>('excludeGlobs', [])]),
     maxIndexedFiles: config.get('maxIndexedFiles', 5000),
     indexCache: config.get('indexCache', true),
+    minConfidence: config.get<number | null>('minConfidence', null),
   };
 }
 
@@ -105,9 +107,16 @@ export function serverSettings(s: Settings): Record<string, unknown> {
     excludeGlobs: s.excludeGlobs,
     maxIndexedFiles: intIn(s.maxIndexedFiles, 0, 200000, 5000),
     indexCache: s.indexCache,
+    minConfidence: typeof s.minConfidence === 'number' && Number.isFinite(s.minConfidence)
+      ? Math.min(1, Math.max(0, s.minConfidence)) : 'auto',
   };
   if (s.remoteModel) sent.remoteModel = s.remoteModel; // empty: the server asks the engine's /v1/models
   return sent;
+}
+
+/** Whether CodeCue completes this language: listed, or "*" listed (every language). */
+export function languageEnabled(languages: string[], languageId: string): boolean {
+  return languages.includes(languageId) || languages.includes('*');
 }
 
 /** Which documents the client sends to the server: files and unsaved buffers of the enabled languages. */
@@ -118,11 +127,18 @@ export function documentSelector(s: Settings): { scheme: string; language: strin
   ]);
 }
 
-/** Settings whose change needs a server restart (everything the process is started with, and what the server
- * loads once: codecue_lsp/config.py LOAD_SETTINGS). The project context settings are read per request and by the
- * index, so they need none. */
+/** Settings whose change needs a server restart: everything the process is started with, and what the server
+ * loads once (codecue_lsp/config.py LOAD_SETTINGS). The project context settings are read per request and by the
+ * index, so they need none; nor does enabledLanguages (see languagesOutside). */
 export function needsRestart(before: Settings, after: Settings): boolean {
   const started = (s: Settings) =>
-    JSON.stringify([s.serverPath, s.serverArgs, s.serverEnv, s.pair, s.enabledLanguages, s.engine, s.remoteModel]);
+    JSON.stringify([s.serverPath, s.serverArgs, s.serverEnv, s.pair, s.engine, s.remoteModel]);
   return started(before) !== started(after);
+}
+
+/** Enabled languages whose documents a client started with `served` does not send: the client's document
+ * selector is fixed when it starts, so only these need a restart. A language switched off needs none: the
+ * extension stops asking for it, and the server checks the language of each request. */
+export function languagesOutside(served: string[], enabled: string[]): string[] {
+  return served.includes('*') ? [] : enabled.filter((language) => !served.includes(language));
 }

@@ -1,7 +1,8 @@
-// What the status bar item says: loading progress, ready (with the last latency), off, or an error.
-// Pure state; extension.ts copies `view()` into a vscode.StatusBarItem.
+// What the status bar item says: loading progress, ready (with the last latency), off, crashed or an error, and what
+// a click on it does. Pure state; extension.ts copies `view()` into a vscode.StatusBarItem.
 
-// idle: no document of an enabled language has been opened, so no server runs yet.
+// idle: no document of an enabled language has been opened, so no server runs yet. stopped: the server exited and
+// the client did not restart it (it restarts a crashed server by itself until it has crashed too often).
 export type Phase = 'idle' | 'starting' | 'loading' | 'ready' | 'error' | 'stopped';
 
 export interface ProgressValue {
@@ -68,6 +69,12 @@ export class Status {
     this.phase = 'stopped';
   }
 
+  /** A click turns suggestions off or on; on a server that crashed or failed, it starts the server again
+   * instead: turning suggestions off would not bring them back. */
+  clickAction(): 'toggle' | 'restart' {
+    return this.enabled && (this.phase === 'stopped' || this.phase === 'error') ? 'restart' : 'toggle';
+  }
+
   view(): StatusView {
     if (!this.enabled) {
       return { text: '$(circle-slash) CodeCue', tooltip: 'CodeCue is off (click to turn on)', error: false };
@@ -87,9 +94,17 @@ export class Status {
         return { text: `$(check) CodeCue${latency}`, tooltip: `CodeCue ready${last}. Click to turn off.`, error: false };
       }
       case 'error':
-        return { text: '$(error) CodeCue', tooltip: `CodeCue: ${this.error ?? 'error'} (see CodeCue: Show Server Log)`, error: true };
+        return {
+          text: '$(error) CodeCue',
+          tooltip: `CodeCue: ${this.error ?? 'error'} (see CodeCue: Show Server Log). Click to restart the server.`,
+          error: true,
+        };
       case 'stopped':
-        return { text: '$(debug-disconnect) CodeCue', tooltip: 'codecue-lsp stopped (see CodeCue: Show Server Log)', error: true };
+        return {
+          text: '$(debug-disconnect) CodeCue crashed',
+          tooltip: 'codecue-lsp crashed and was not restarted (see CodeCue: Show Server Log). Click to restart it.',
+          error: true,
+        };
     }
   }
 }

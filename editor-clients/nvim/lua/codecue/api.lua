@@ -34,6 +34,16 @@ function M.accept_line()
   return fallback.accept("line")
 end
 
+-- Show the next suggestion (asking the server for alternatives when only one is at hand).
+function M.next()
+  return fallback.cycle(1)
+end
+
+-- Show the previous suggestion.
+function M.prev()
+  return fallback.cycle(-1)
+end
+
 -- Hide the suggestion and cancel the request in flight.
 function M.dismiss()
   return fallback.dismiss()

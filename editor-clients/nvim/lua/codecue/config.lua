@@ -10,19 +10,30 @@ M.defaults = {
   pair = nil,
   -- Extra initializationOptions for the server, e.g. { drafter = "lookup", enabledLanguages = { "python" } }.
   init_options = {},
-  -- Filetypes to attach to; the server is told the same list (as LSP languageIds, see M.language_id).
-  -- String keys override the list: { yaml = true } adds yaml, { sh = false } removes sh,
+  -- Filetypes to attach to; the server is told the same list (as LSP languageIds, see M.language_id). The
+  -- default is the server's own (codecue_lsp/config.py DEFAULT_LANGUAGES).
+  -- String keys override the list: { lua = true } adds lua, { go = false } removes go,
   -- { markdown = function(bufnr) ... end } attaches and asks the function per buffer whether to suggest.
   filetypes = {
     "python", "javascript", "javascriptreact", "typescript", "typescriptreact",
-    "go", "rust", "java", "c", "cpp", "lua", "sh",
+    "go", "rust", "java", "c", "cpp",
   },
+  -- function(bufnr, path) -> false to never attach a buffer (nothing of it is sent). nil: M.default_should_attach
+  -- (attach_rules.lua: no special buffers, none over max_file_bytes, no secret-looking names, no exclude_globs).
+  should_attach = nil,
+  max_file_bytes = 1000000,
+  -- Waits before each automatic restart of a crashed server (recovery.lua); {} never restarts it.
+  restart_delays_ms = { 1000, 2000, 4000 },
+  -- Hide the ghost text while a completion menu (Neovim's, nvim-cmp's, blink.cmp's) is open.
+  hide_during_completion = true,
   -- Suggest while typing. false: only on the trigger key / :CodeCueTrigger.
   auto_trigger = true,
   -- Milliseconds without typing before a request is sent (the server also debounces).
   debounce_ms = 75,
   -- Most tokens per suggestion; nil leaves it to the server.
   max_tokens = nil,
+  -- 0..1: the server does not show a suggestion whose first line the model is less sure of; nil: the server's.
+  min_confidence = nil,
   -- true: Neovim 0.12's vim.lsp.inline_completion draws the suggestions ("auto": when it exists). Off by default
   -- until that path is tested; false uses the plugin's own ghost text on every version.
   native = false,
@@ -34,6 +45,8 @@ M.defaults = {
     accept_word = "<M-Right>",
     accept_line = "<M-l>",
     dismiss = "<C-]>",
+    next = "<M-]>", -- cycle to the next suggestion (asks the server for alternatives first)
+    prev = "<M-[>",
   },
   -- Highlight group of the ghost text; CodeCueSuggestion links to Comment unless a colourscheme sets it.
   hl_group = "CodeCueSuggestion",
@@ -86,8 +99,11 @@ local function is_bool(v)
   return type(v) == "boolean"
 end
 
--- The project context options, their server setting and what the server accepts (codecue_lsp/config.py).
-M.context_options = {
+-- Setup keys passed to the server as settings: their server name, check and what the server accepts
+-- (codecue_lsp/config.py). The project context options, and the suggestion gate.
+M.server_options = {
+  { "min_confidence", "minConfidence", function(v) return type(v) == "number" and v >= 0 and v <= 1 end,
+    "a number 0..1" },
   { "context", "context", is_bool, "true or false" },
   { "context_tokens", "contextTokens", function(v) return v == "auto" or is_int(0, 16384)(v) end,
     '"auto" or a whole number 0..16384' },
@@ -136,9 +152,9 @@ local function split_filetypes(given)
   return attach, overrides
 end
 
--- A project context option the server would ignore is reported and dropped here, so the server's default applies.
+-- A server option the server would ignore is reported and dropped here, so the server's default applies.
 local function drop_invalid(cfg)
-  for _, option in ipairs(M.context_options) do
+  for _, option in ipairs(M.server_options) do
     local name, _, valid, expected = unpack(option)
     if cfg[name] ~= nil and not valid(cfg[name]) then
       vim.notify(("CodeCue: ignoring %s = %s: expected %s"):format(name, vim.inspect(cfg[name]), expected),
@@ -204,6 +220,31 @@ function M.pin_user_only(options, from_setup)
   return pinned
 end
 
+-- set_settings(): setup keys (max_tokens, context_tokens, ...) or server names (drafter, middleFrom) -> the
+-- "codecue" settings section, or nil and why. The user-only settings are refused: they need setup() and a restart.
+function M.runtime_settings(opts)
+  if type(opts) ~= "table" then
+    return nil, "expected a table of settings"
+  end
+  local names = { pair = "pair", max_tokens = "maxTokens" }
+  for _, option in ipairs(M.server_options) do
+    names[option[1]] = option[2]
+  end
+  local settings = {}
+  for key, value in pairs(opts) do
+    if M.user_only[snake_case(key)] then
+      return nil, key .. " is set only in setup() (it decides where code and keys go)"
+    end
+    for _, option in ipairs(M.server_options) do
+      if (key == option[1] or key == option[2]) and not option[3](value) then
+        return nil, ("%s = %s: expected %s"):format(key, vim.inspect(value), option[4])
+      end
+    end
+    settings[names[key] or key] = value
+  end
+  return settings
+end
+
 function M.init_options(cfg)
   -- debounce_ms stays on the client: the server's own debounce (init_options.debounceMs) adds to it.
   -- The server's own default language list is shorter than ours: send the one we attach to.
@@ -215,7 +256,7 @@ function M.init_options(cfg)
     end
   end
   local options = { pair = cfg.pair, maxTokens = cfg.max_tokens, enabledLanguages = languages }
-  for _, option in ipairs(M.context_options) do
+  for _, option in ipairs(M.server_options) do
     options[option[2]] = cfg[option[1]]
   end
   return vim.tbl_extend("force", options, cfg.init_options or {})

@@ -1,13 +1,18 @@
 -- Inline completion for Neovim 0.11 (no vim.lsp.inline_completion there): request while typing with a
 -- debounce, cancel the in-flight request on the next keystroke, draw ghost text, accept all / a word / a line.
 local suggestion = require("codecue.suggestion")
+local items = require("codecue.items")
 local ghost = require("codecue.ghost")
 local telemetry = require("codecue.telemetry")
+local keys = require("codecue.keys")
+local menus = require("codecue.menus")
 
 local M = {}
 
--- Per attached buffer: client_id, timer, inflight {id, tick, cursor}, suggestion, tick/cursor last seen,
--- pending (the suggestion if the key being typed matches it), shown {text} (as first shown, for telemetry).
+-- Per attached buffer: client_id, timer, inflight {id, tick, cursor, invoked, cycle}, suggestion, tick/cursor
+-- last seen, pending (the suggestion if the key being typed matches it), list {items, index} (the suggestions
+-- to cycle through), shown {id, length, rest, partly_accepted} (telemetry of the suggestion as first shown; rest
+-- {text, row, col}: its part not accepted yet, where it starts).
 local buffers = {}
 M.buffers = buffers
 
@@ -42,41 +47,47 @@ local function remember(bufnr, st)
   st.cursor = cursor_of()
 end
 
-local function dismiss(bufnr, st, reason)
-  if st.suggestion and st.shown and not st.shown.partly_accepted and reason == "reject" then
-    telemetry.rejected(client_of(st), bufnr, st.shown.text)
+local function reject_shown(bufnr, st)
+  if st.suggestion and st.shown and not st.shown.partly_accepted then
+    telemetry.rejected(client_of(st), bufnr, st.shown)
   end
-  st.suggestion, st.shown, st.pending, st.shown_at = nil, nil, nil, nil
+end
+
+local typed_through -- defined with the accept actions below
+
+local function dismiss(bufnr, st, reason)
+  if reason == "reject" then
+    reject_shown(bufnr, st)
+  end
+  st.suggestion, st.shown, st.pending, st.shown_at, st.list = nil, nil, nil, nil, nil
   ghost.clear(bufnr)
+end
+
+-- "2/3" while several suggestions can be cycled through, else nil.
+local function counter(st)
+  local list = st.list
+  return list and #list.items > 1 and ("%d/%d"):format(list.index, #list.items) or nil
 end
 
 local function show(bufnr, st, s)
   st.suggestion = s
-  ghost.show(bufnr, s, M.config.hl_group)
+  ghost.show(bufnr, s, M.config.hl_group, counter(st))
   remember(bufnr, st)
   st.shown_at = { tick = st.tick, cursor = st.cursor } -- accept() inserts only into this state of the buffer
 end
 
--- Convert the first usable item of a response into a suggestion at the cursor.
-local function pick(result, bufnr, encoding)
-  local items = result and (result.items or result) or {}
-  local row, col = unpack(cursor_of())
-  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, true)[1]
-  for _, item in ipairs(items) do
-    local text = type(item.insertText) == "table" and item.insertText.value or item.insertText
-    local range
-    if item.range then
-      local r = item.range
-      local function byte(pos)
-        return vim.str_byteindex(line, encoding, math.min(pos.character, vim.str_utfindex(line, encoding)), false)
-      end
-      range = { r.start.line, byte(r.start), r["end"].line, byte(r["end"]) }
-    end
-    local s = suggestion.from_item(text, range, line, row, col)
-    if s then
-      return s
-    end
-  end
+-- A new suggestion on screen: the one shown before (another of the list, when cycling) counts as rejected.
+local function show_new(bufnr, st, s)
+  reject_shown(bufnr, st)
+  show(bufnr, st, s)
+  st.shown = { id = telemetry.new_id(), length = telemetry.length(s.text),
+    rest = { text = s.text, row = s.row, col = s.col } }
+  telemetry.shown(client_of(st), bufnr, st.shown)
+end
+
+-- One suggestion left to cycle through: after typing into it or accepting part of it, the others no longer fit.
+local function single(st, s)
+  st.list = { items = { s }, index = 1 }
 end
 
 local function on_response(bufnr, st, request, err, result)
@@ -93,30 +104,38 @@ local function on_response(bufnr, st, request, err, result)
     return
   end
   telemetry.stats.last_error = nil
-  if not M.enabled() or not vim.api.nvim_get_mode().mode:match("^i") or vim.fn.pumvisible() == 1
-    or vim.api.nvim_get_current_buf() ~= bufnr
+  if not M.enabled(request.invoked) or not vim.api.nvim_get_mode().mode:match("^i")
+    or (M.config.hide_during_completion and menus.visible()) or vim.api.nvim_get_current_buf() ~= bufnr
     or vim.api.nvim_buf_get_changedtick(bufnr) ~= request.tick or not same_pos(cursor_of(), request.cursor) then
     return
   end
   local client = client_of(st)
-  local s = client and pick(result, bufnr, client.offset_encoding)
-  if s then
-    show(bufnr, st, s)
-    st.shown = { text = s.text }
-    telemetry.shown(client, bufnr, s.text)
+  local found = client and items.from_response(result, bufnr, cursor_of(), client.offset_encoding) or {}
+  if #found == 0 then
+    return
   end
+  local index = items.first_index(found, st.suggestion, request.cycle)
+  st.list = { items = found, index = index }
+  if st.suggestion and st.suggestion.text == found[index].text then
+    return show(bufnr, st, found[index]) -- the same suggestion, now with its counter
+  end
+  show_new(bufnr, st, found[index])
 end
 
-function M.request(bufnr)
+-- Asks for suggestions at the cursor. opts.invoked: the user asked (trigger key, cycling), so the server may
+-- answer several (LSP triggerKind Invoked); opts.cycle = 1 / -1: then show the next / previous one.
+function M.request(bufnr, opts)
+  opts = opts or {}
   local st = buffers[bufnr]
   local client = st and client_of(st)
-  if not client or not M.enabled() or vim.api.nvim_get_current_buf() ~= bufnr then
+  if not client or not M.enabled(opts.invoked) or vim.api.nvim_get_current_buf() ~= bufnr then
     return
   end
   cancel_inflight(st)
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
-  params.context = { triggerKind = 2 } -- Automatic: typing, not an explicit invocation
-  local request = { tick = vim.api.nvim_buf_get_changedtick(bufnr), cursor = cursor_of(), started = vim.uv.hrtime() }
+  params.context = { triggerKind = opts.invoked and 1 or 2 } -- 1 Invoked, 2 Automatic (typing)
+  local request = { tick = vim.api.nvim_buf_get_changedtick(bufnr), cursor = cursor_of(), started = vim.uv.hrtime(),
+    invoked = opts.invoked, cycle = opts.cycle }
   local ok, id = client:request("textDocument/inlineCompletion", params, function(err, result)
     on_response(bufnr, st, request, err, result)
   end, bufnr)
@@ -137,6 +156,27 @@ local function schedule_request(bufnr, st)
   end))
 end
 
+local function report_accept(bufnr, st, text, row, col)
+  local client = client_of(st)
+  if client then
+    telemetry.accepted(client, bufnr, st.shown, text, telemetry.position(bufnr, row, col, client.offset_encoding))
+  end
+end
+
+-- The user typed the suggestion to its end: an accept of what was not accepted before (all of it, or what a
+-- word or line accept left), less the text after the cursor it ends with (already there, not typed).
+typed_through = function(bufnr, st)
+  local s, rest = st.suggestion, st.shown and st.shown.rest
+  if not s or not rest then
+    return
+  end
+  local text = rest.text
+  if s.tail ~= "" and vim.endswith(text, s.tail) then
+    text = text:sub(1, #text - #s.tail)
+  end
+  report_accept(bufnr, st, text, rest.row, rest.col)
+end
+
 -- Called on TextChangedI and CursorMovedI: keep, advance, drop or re-request the suggestion.
 local function on_change(bufnr)
   local st = buffers[bufnr]
@@ -150,10 +190,14 @@ local function on_change(bufnr)
   local pending = st.pending
   st.pending = nil
   if type(pending) == "table" and same_pos(cursor, { pending.row, pending.col }) then
+    single(st, pending)
     show(bufnr, st, pending) -- typed the start of the suggestion: keep showing the rest
     return
   end
   local edited = tick ~= st.tick
+  if pending == "typed all" then
+    typed_through(bufnr, st)
+  end
   dismiss(bufnr, st, pending == "typed all" and "done" or "reject")
   remember(bufnr, st)
   if edited and M.enabled() then
@@ -177,11 +221,11 @@ local function on_char(bufnr)
   end
 end
 
--- The completion menu is open (TextChangedP, CompleteChanged): its entries and the ghost text would both claim
--- the cursor and <Tab>. The menu wins; typing after it closes asks again.
+-- A completion menu opened (TextChangedP, CompleteChanged, nvim-cmp's and blink.cmp's open events): its entries
+-- and the ghost text would both claim the cursor and <Tab>. The menu wins; typing after it closes asks again.
 local function on_menu(bufnr)
   local st = buffers[bufnr]
-  if st and (st.suggestion or st.inflight) then
+  if st and M.config.hide_during_completion and (st.suggestion or st.inflight) then
     cancel_inflight(st)
     dismiss(bufnr, st, "reject")
   end
@@ -238,13 +282,15 @@ function M.accept(kind)
   local row = s.row + #lines - 1
   local col = (#lines == 1 and s.col or 0) + #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { row + 1, col })
-  telemetry.accepted(client_of(st), bufnr, st.shown.text, telemetry.length(chunk))
+  report_accept(bufnr, st, chunk, s.row, s.col)
   local rest = not whole and suggestion.after_insert(s, chunk) or nil
   if rest then
     st.shown.partly_accepted = true
+    st.shown.rest = { text = rest.text, row = rest.row, col = rest.col }
+    single(st, rest)
     show(bufnr, st, rest)
   else
-    st.suggestion, st.shown, st.shown_at = nil, nil, nil
+    st.suggestion, st.shown, st.shown_at, st.list = nil, nil, nil, nil
     ghost.clear(bufnr)
     remember(bufnr, st)
     schedule_request(bufnr, st) -- offer what comes next, as after typing
@@ -266,90 +312,29 @@ function M.dismiss(bufnr)
   return had
 end
 
--- Keys. CodeCue's insert-mode keys are buffer-local. When CodeCue has nothing to do, or the completion menu is
--- open, the key does what it did before, as blink.cmp's and nvim-cmp's "fallback" do: the buffer-local mapping
--- CodeCue replaced, else the global one (looked up at each press: nvim-cmp, luasnip and Neovim's own snippet
--- <Tab> may map it after CodeCue attached), else a snippet jump for <Tab>, else the plain key.
-
-local function is_ours(m)
-  return type(m.desc) == "string" and vim.startswith(m.desc, "CodeCue:")
-end
-
-local function global_mapping(lhs)
-  local key = vim.keycode(lhs)
-  for _, m in ipairs(vim.api.nvim_get_keymap("i")) do
-    if vim.keycode(m.lhs) == key and not is_ours(m) then
-      return m
-    end
+-- Show the next (direction 1) or previous (-1) suggestion. With only one at hand, ask the server for
+-- alternatives at the cursor (Invoked) and show the next of its answer. Returns false when not attached.
+function M.cycle(direction)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local st = buffers[bufnr]
+  if not st or not M.enabled(true) then
+    return false
   end
-end
-
-local function plug(name)
-  return "<Plug>(codecue-fallback-" .. name .. ")"
-end
-
--- True from feeding a replayed mapping until its keys have run (DONE is fed right after them).
-local replaying = false
-local DONE = "<Plug>(codecue-fallback-done)"
-vim.keymap.set({ "i", "s", "x", "n", "c", "t" }, DONE, function() -- any mode: the replay may leave Insert mode
-  replaying = false
-end, { desc = "CodeCue: end of a replayed mapping" })
-
-local function fall_through(st, name, lhs)
-  local m = not replaying and (st.replaced[name] or global_mapping(lhs))
-  if m then
-    -- The mapping is copied to a <Plug> key with all it had (expr, Lua callback, remap, the script context of
-    -- a Vimscript rhs) and that key is fed with remapping: the mapping runs as if its own key had been pressed.
-    local copy = vim.deepcopy(m)
-    copy.lhs, copy.lhsraw, copy.lhsrawalt, copy.buffer, copy.mode = plug(name), vim.keycode(plug(name)), nil, 1, "i"
-    vim.fn.mapset(copy)
-    replaying = true
-    vim.schedule(function() -- the same once Neovim waits for input, should DONE never run (an error flushed it)
-      replaying = false
-    end)
-    vim.api.nvim_feedkeys(vim.keycode(plug(name) .. DONE), "im", false)
-  elseif not replaying and vim.keycode(lhs) == vim.keycode("<Tab>") and vim.snippet.active({ direction = 1 }) then
-    vim.snippet.jump(1)
+  local s = current(bufnr, st)
+  local list = st.list
+  if s and list and #list.items > 1 then
+    list.index = (list.index - 1 + direction) % #list.items + 1
+    show_new(bufnr, st, list.items[list.index])
   else
-    -- Also when the replayed mapping sent its own key again (`imap <expr> <Tab> ... "\<Tab>"` remaps): the
-    -- plain key, as Vim does when a mapping's keys start with its own lhs.
-    vim.api.nvim_feedkeys(vim.keycode(lhs), "in", false)
+    M.request(bufnr, { invoked = true, cycle = s and direction or nil })
   end
+  return true
 end
 
--- keymaps.<name> -> its description; require("codecue.api").<name>() is the action.
-local actions = { accept = "CodeCue: accept suggestion", accept_word = "CodeCue: accept next word",
-  accept_line = "CodeCue: accept next line", dismiss = "CodeCue: dismiss suggestion" }
-
-local function map(bufnr, st, name, lhs)
-  if not lhs or lhs == "" then
-    return -- false / "": no mapping; require("codecue.api") offers the same actions for keys mapped elsewhere
-  end
-  local before = vim.api.nvim_buf_call(bufnr, function()
-    return vim.fn.maparg(lhs, "i", false, true)
-  end)
-  if before.buffer == 1 and not is_ours(before) then
-    st.replaced[name] = before
-  end
-  st.keys[name] = lhs
-  vim.keymap.set("i", lhs, function()
-    -- With the completion menu open the key belongs to the menu (or to the mapping that drives it).
-    if vim.fn.pumvisible() == 1 or not require("codecue.api")[name]() then
-      fall_through(st, name, lhs)
-    end
-  end, { buffer = bufnr, desc = actions[name] })
-end
-
-local function unmap(bufnr, st)
-  vim.api.nvim_buf_call(bufnr, function()
-    for name, lhs in pairs(st.keys) do
-      pcall(vim.keymap.del, "i", lhs, { buffer = bufnr })
-      pcall(vim.keymap.del, "i", plug(name), { buffer = bufnr })
-      if st.replaced[name] then
-        vim.fn.mapset(st.replaced[name]) -- what the user (or another plugin) had there before CodeCue
-      end
-    end
-  end)
+-- "2/3" while the buffer's suggestion is one of several, else nil (the statusline shows it).
+function M.counter(bufnr)
+  local st = buffers[bufnr or vim.api.nvim_get_current_buf()]
+  return st and st.suggestion and counter(st) or nil
 end
 
 function M.attach(bufnr, client, config)
@@ -368,10 +353,11 @@ function M.attach(bufnr, client, config)
   au("InsertCharPre", on_char)
   au({ "TextChangedI", "CursorMovedI" }, on_change)
   au({ "TextChangedP", "CompleteChanged" }, on_menu)
+  menus.watch("fallback", on_menu)
   au({ "InsertLeave", "BufLeave" }, M.dismiss)
   au({ "BufUnload" }, M.detach)
-  for name in pairs(actions) do
-    map(bufnr, st, name, config.keymaps[name])
+  for name in pairs(keys.actions) do
+    keys.map(bufnr, st, name, config.keymaps[name])
   end
 end
 
@@ -388,11 +374,12 @@ function M.detach(bufnr)
   ghost.clear(bufnr)
   pcall(vim.api.nvim_del_augroup_by_name, "codecue.buffer." .. bufnr)
   if vim.api.nvim_buf_is_valid(bufnr) then
-    pcall(unmap, bufnr, st)
+    keys.unmap(bufnr, st)
   end
 end
 
-M.enabled = function()
+-- Whether to ask / show now; invoked: the user asked (init.lua sets it from the switches and auto_trigger).
+M.enabled = function(invoked)
   return true
 end
 

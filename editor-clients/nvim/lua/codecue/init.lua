@@ -2,6 +2,8 @@
 --
 --   require("codecue").setup({ pair = "default", keymaps = { accept = "<Tab>" } })
 local config = require("codecue.config")
+local client_config = require("codecue.client_config")
+local recovery = require("codecue.recovery")
 local telemetry = require("codecue.telemetry")
 
 local M = {}
@@ -57,86 +59,20 @@ local function manual_still_current()
   return m ~= nil and vim.deep_equal(m, cursor_key(bufnr))
 end
 
-local function wanted_now()
-  return M.buffer_enabled(0) and (M.config.auto_trigger or manual_still_current())
+-- invoked: the user asked (trigger key, cycling), which also counts with auto_trigger = false.
+local function wanted_now(invoked)
+  return M.buffer_enabled(0) and (invoked or M.config.auto_trigger or manual_still_current())
 end
 
--- One server per Neovim, whatever the project: every extra process loads the weights again. A buffer of another
--- project adds its root to that server's workspace folders instead (add_workspace_folder).
-local function reuse_client(client, cfg)
-  return client.name == cfg.name and not client:is_stopped()
-end
+M.root_dir = client_config.root_dir
 
--- The project root the server indexes for a buffer: the first root marker found up its folders, else the file's own
--- folder. Never the home directory or "/" (a whole home is not a project), nor a guess for an unnamed buffer.
-function M.root_dir(bufnr, markers)
-  local root = #markers > 0 and vim.fs.root(bufnr, markers) or nil
-  if not root then
-    local name = vim.api.nvim_buf_get_name(bufnr)
-    root = name ~= "" and vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ":p"))) or nil
-  end
-  if root == nil or root == "/" or root == vim.fs.normalize(vim.uv.os_homedir() or "") then
-    return nil
-  end
-  return root
-end
-
-local function inside(dir, folder)
-  return dir == folder or dir:sub(1, #folder + 1) == folder .. "/"
-end
-
--- Tell the one server about a buffer's project when no workspace folder it has covers it yet
--- (workspace/didChangeWorkspaceFolders), so its project context covers every project being edited.
-local function add_workspace_folder(client, bufnr)
-  local root = M.root_dir(bufnr, M.config.root_markers)
-  if not root then
-    return
-  end
-  for _, folder in ipairs(client.workspace_folders or {}) do
-    if inside(root, vim.fs.normalize(vim.uri_to_fname(folder.uri))) then
-      return
-    end
-  end
-  local folder = { uri = vim.uri_from_fname(root), name = root }
-  client:notify("workspace/didChangeWorkspaceFolders", { event = { added = { folder }, removed = {} } })
-  client.workspace_folders = client.workspace_folders or {}
-  table.insert(client.workspace_folders, folder)
-end
-
--- Answers the server's workspace/configuration as Neovim does, without the user-only settings: settings a project
--- supplies (neoconf reading .vscode/settings.json, a vim.lsp.config in an exrc) cannot redirect code or keys.
-local function configuration(err, params, ctx)
-  local answer = vim.lsp.handlers["workspace/configuration"](err, params, ctx)
-  return type(answer) == "table" and vim.tbl_map(config.drop_user_only, answer) or answer
+-- The server process ended on its own (a crash, a kill): start it again for the buffers it served.
+local function on_exit(code, signal, client_id)
+  recovery.on_exit(code, signal, client_id, M.start_buffers, M.config.restart_delays_ms)
 end
 
 function M.lsp_config(cfg)
-  cfg = cfg or M.config
-  local init_options = config.init_options(cfg)
-  return {
-    name = "codecue",
-    cmd = cfg.cmd,
-    cmd_env = cfg.cmd_env,
-    filetypes = cfg.filetypes,
-    reuse_client = reuse_client,
-    -- The first buffer's project: rootUri and workspaceFolders of initialize. Always answered (nil: no root), or
-    -- vim.lsp.enable would not start the server for the buffer.
-    root_dir = function(bufnr, on_dir)
-      on_dir(M.root_dir(bufnr, cfg.root_markers))
-    end,
-    -- The server and VS Code name languages by LSP languageId ("shellscript", not Neovim's "sh").
-    get_language_id = function(_, filetype)
-      return config.language_id(filetype)
-    end,
-    init_options = init_options,
-    -- Engine, API key variable and log file come only from setup(): not from another vim.lsp.config("codecue")
-    -- layer's init_options, nor from `settings` (sent in didChangeConfiguration right after initialize).
-    before_init = function(params, lsp_config)
-      params.initializationOptions = config.pin_user_only(params.initializationOptions, init_options)
-      config.drop_user_only(lsp_config.settings)
-    end,
-    handlers = { ["workspace/configuration"] = configuration },
-  }
+  return client_config.lsp_config(cfg or M.config, on_exit)
 end
 
 local function define_highlight()
@@ -181,7 +117,8 @@ function M.setup(opts)
     callback = function(ev)
       local client = codecue_client(ev)
       if client then
-        add_workspace_folder(client, ev.buf)
+        recovery.attached()
+        client_config.add_workspace_folder(client, ev.buf, cfg)
         frontend().attach(ev.buf, client, cfg)
         if M.use_native() and not M.buffer_enabled(ev.buf) then
           require("codecue.native").enable(false, ev.buf, client.id)
@@ -235,7 +172,7 @@ function M.trigger()
     return vim.notify("CodeCue: with native = true Neovim requests suggestions itself", vim.log.levels.INFO)
   end
   M.manual = cursor_key(bufnr)
-  require("codecue.fallback").request(bufnr)
+  require("codecue.fallback").request(bufnr, { invoked = true })
 end
 
 -- Bring every CodeCue buffer in line with the switches: hide suggestions where they are now off.
@@ -276,11 +213,25 @@ function M.set_enabled(on)
   vim.notify("CodeCue " .. (on and "enabled" or "disabled"))
 end
 
--- Stop the server and start a fresh one for the buffers it served (a wedged server, a new model on disk).
+-- Start a server for these buffers (one client: the second buffer reuses the first's). Buffers that are gone,
+-- or may not be attached (should_attach), are left out.
+function M.start_buffers(buffers)
+  for _, bufnr in ipairs(buffers) do
+    if vim.api.nvim_buf_is_loaded(bufnr) and client_config.should_attach(bufnr, M.config) then
+      local lsp = M.lsp_config()
+      lsp.root_dir = M.root_dir(bufnr, M.config.root_markers) -- vim.lsp.start takes a path, not a function
+      vim.lsp.start(lsp, { bufnr = bufnr, reuse_client = client_config.reuse_client })
+    end
+  end
+end
+
+-- Stop the server and start a fresh one for the buffers it served (a wedged server, a new model on disk, a
+-- crashed one that automatic restarts gave up on).
 function M.restart()
   if not M.config then
     return vim.notify("CodeCue: setup() has not been called", vim.log.levels.WARN)
   end
+  recovery.reset()
   local buffers, clients = {}, vim.lsp.get_clients({ name = "codecue" })
   local current = vim.api.nvim_get_current_buf()
   if vim.tbl_contains(M.config.filetypes, vim.bo[current].filetype) and vim.bo[current].buftype == "" then
@@ -305,29 +256,43 @@ function M.restart()
   end
   M.progress = {}
   telemetry.stats.last_error = nil
-  for bufnr in pairs(buffers) do
-    if vim.api.nvim_buf_is_loaded(bufnr) then
-      local lsp = M.lsp_config()
-      lsp.root_dir = M.root_dir(bufnr, M.config.root_markers) -- vim.lsp.start takes a path, not a function
-      vim.lsp.start(lsp, { bufnr = bufnr, reuse_client = reuse_client })
-    end
+  M.start_buffers(vim.tbl_keys(buffers))
+end
+
+-- Change server settings without a restart: setup keys (max_tokens, min_confidence, context_tokens, ...) or the
+-- server's own names (drafter, middleFrom, ...). The running server gets workspace/didChangeConfiguration and
+-- pulls them; a server started later gets them too. engine, apiKeyEnv, logFile and the other user-only settings
+-- are refused (setup() only). Returns true, or false and the reason.
+function M.set_settings(opts)
+  local settings, err = config.runtime_settings(opts)
+  if not settings then
+    vim.notify("CodeCue: set_settings: " .. err, vim.log.levels.ERROR)
+    return false, err
   end
+  client_config.runtime_settings = vim.tbl_extend("force", client_config.runtime_settings, settings)
+  for _, client in ipairs(vim.lsp.get_clients({ name = "codecue" })) do
+    client_config.push_settings(client)
+  end
+  return true
 end
 
 -- The public API (lua/codecue/api.lua), loaded on first use: for cmp / blink Tab mappings of your own.
-for _, name in ipairs({ "is_visible", "accept", "accept_word", "accept_line", "dismiss" }) do
+for _, name in ipairs({ "is_visible", "accept", "accept_word", "accept_line", "dismiss", "next", "prev" }) do
   M[name] = function(...)
     return require("codecue.api")[name](...)
   end
 end
 
--- "loading 40%", "ready", "off", "error: ..." for the current buffer's server.
+-- "loading 40%", "ready", "off", "crashed (...)", "error: ..." for the current buffer's server.
 function M.state(bufnr)
   if not M.config then
     return "setup() not called"
   end
   if not M.buffer_enabled(bufnr) then
     return "off"
+  end
+  if recovery.crash then
+    return recovery.describe()
   end
   local client = M.client(bufnr or 0)
   if not client then
@@ -353,6 +318,10 @@ function M.statusline()
   local latency = telemetry.stats.last_latency_ms
   if state == "ready" and latency then
     state = state .. " " .. latency .. "ms"
+  end
+  local counter = not M.use_native() and require("codecue.fallback").counter() or nil
+  if counter then
+    state = state .. " " .. counter -- which of several suggestions is shown (<M-]> / <M-[> cycle)
   end
   return "CodeCue: " .. state
 end

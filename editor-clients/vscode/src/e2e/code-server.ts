@@ -3,16 +3,19 @@
 // with CodeCue: Trigger Suggestion, accepts it with Ctrl+Right and Tab, saves, and checks the file on disk; then
 // kills the server and checks that the client's restart brings the status bar and the ghost text back, then runs
 // CodeCue: Restart Server. The real codecue-lsp runs on the tiny random model pair, started through
-// "codecue.server.path": "~/..." as the README shows.
+// "codecue.server.path": "~/..." as the README shows. Then features.ts tests the client's own behaviour against a
+// fake server (next suggestion, telemetry ids, enabledLanguages at run time, a crashed server restarted by a click).
 //
 //   node out/e2e/code-server.js      (npm run e2e:code-server; editor-clients/test.sh installs what it needs)
 // Env: CODE_SERVER_DIR (node_modules/code-server), CODECUE_PYTHON, CHROMIUM, CODECUE_ARTIFACTS (screenshot dir),
-// CODECUE_E2E_PAIR (default "tiny"; "default" uses the real models from `codecue-models fetch`, for docs/vscode.png).
+// CODECUE_E2E_PAIR (default "tiny"; "default" uses the real models from `codecue-models fetch`, for docs/vscode.png),
+// CODECUE_E2E_SCENARIO ("real" or "features": only that one; default both).
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
+import { runFeatures } from './features';
 import {
   CodeServer, EXTENSION_DIR, logger, openFile, PYTHON, quietEditorSettings, readyItem, REPO, runCommand,
   startCodeServer, waitFor,
@@ -186,7 +189,13 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err) => {
+async function main(): Promise<void> {
+  const scenario = process.env.CODECUE_E2E_SCENARIO;
+  if (scenario !== 'features') await run();
+  if (scenario !== 'real') await runFeatures();
+}
+
+main().catch((err) => {
   console.error(`[code-server e2e] FAIL: ${err instanceof Error ? err.stack : err}`);
   process.exit(1);
 });

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { REST_MS } from '../cursor-rest';
+import { DEFAULT_LANGUAGES } from '../settings';
 import {
   createVscode, document, editor, FakeClient, focus, install, moveCursor, open, Position,
 } from '../testing/mock-vscode';
@@ -70,11 +71,45 @@ test('items get the accept command, and show / accept notifications go to the se
   client.notifications.length = 0;
   const result = await provide(client, 'x = fo', [{ insertText: 'foo()', range: { start: new Position(0, 4) } }]);
   const item = result.items[0];
-  assert.deepEqual(item.command.arguments, ['file:///a.py', 'o()']);
+  const [uri, id] = item.command.arguments;
+  assert.equal(uri, 'file:///a.py');
   await vscode.commands.executeCommand(item.command.command, ...item.command.arguments);
-  assert.deepEqual(client.notifications.map(([m]) => m), ['codecue/didShowCompletion', 'codecue/didAcceptCompletion']);
-  assert.equal(client.notifications[1][1].acceptedLength, 3);
+  assert.deepEqual(client.notifications, [
+    ['codecue/didShowCompletion', { uri, length: 3, id }],
+    ['codecue/didAcceptCompletion',
+      { uri, length: 3, acceptedLength: 3, id, text: 'o()', position: { line: 0, character: 6 } }],
+  ]);
   assert.match(vscode.statusItem.text, /CodeCue \d+ ms/);
+});
+
+test('every item of an answer goes back to VS Code, each with its own accept command (next/previous suggestion)', async () => {
+  const client = await activated();
+  client.notifications.length = 0;
+  const answer = ['foo()', 'bar()', 'baz()'].map((insertText) => ({ insertText, range: { start: new Position(0, 4) } }));
+  const result = await provide(client, 'x = ', answer);
+  assert.equal(result.items.length, 3);
+  assert.deepEqual(result.items.map((i: any) => i.insertText), ['foo()', 'bar()', 'baz()']);
+  const ids = result.items.map((i: any) => i.command.arguments[1]);
+  assert.equal(new Set(ids).size, 3);
+  assert.deepEqual(client.notifications.map(([m, p]) => [m, p.id]), [['codecue/didShowCompletion', ids[0]]]);
+  await vscode.commands.executeCommand('codecue.didAccept', 'file:///a.py', ids[1]); // Tab on the second, cycled to
+  assert.deepEqual(client.notifications.map(([m, p]) => [m, p.id]), [
+    ['codecue/didShowCompletion', ids[0]], ['codecue/didRejectCompletion', ids[0]],
+    ['codecue/didShowCompletion', ids[1]], ['codecue/didAcceptCompletion', ids[1]],
+  ]);
+  assert.equal(client.notifications[3][1].text, 'bar()');
+});
+
+test('typing a suggestion to its end sends one accept with its full length', async () => {
+  const client = await activated();
+  client.notifications.length = 0;
+  const item = () => [{ insertText: 'total()', range: { start: new Position(0, 4) } }];
+  for (const typed of ['', 'to', 'tota']) {
+    await provide(client, `x = ${typed}`, item());
+  }
+  await provide(client, 'x = total()', []);
+  const sent = client.notifications.map(([m, p]) => [m, p.acceptedLength]);
+  assert.deepEqual(sent, [['codecue/didShowCompletion', undefined], ['codecue/didAcceptCompletion', 7]]);
 });
 
 test('the server answers workspace/configuration with server settings only', async () => {
@@ -83,8 +118,8 @@ test('the server answers workspace/configuration with server settings only', asy
     { items: [{ section: 'codecue' }] }, token, () => assert.fail('should not ask VS Code'));
   assert.deepEqual(Object.keys(answer[0]).sort(), [
     'coldPromptTokens', 'context', 'contextTokens', 'debounceMs', 'drafter', 'enabledLanguages', 'engine',
-    'excludeGlobs', 'indexCache', 'maxIndexedFiles', 'maxTokens', 'middleFrom', 'nextLine', 'pair', 'prepareAtCursor',
-    'promptTokens',
+    'excludeGlobs', 'indexCache', 'maxIndexedFiles', 'maxTokens', 'middleFrom', 'minConfidence', 'nextLine', 'pair',
+    'prepareAtCursor', 'promptTokens',
   ]);
 });
 
@@ -220,6 +255,61 @@ test('toggle turns suggestions off without asking the server, and back on', asyn
   await vscode.commands.executeCommand('codecue.toggle');
   assert.equal(vscode.config['codecue.enable'], true);
   assert.equal(FakeClient.last, client, 'toggling must not restart the server');
+});
+
+test('a language switched off stops its suggestions at once, without a restart; one added restarts', async () => {
+  const client = await activated();
+  const config = vscode.workspace.getConfiguration('codecue');
+  const languages = () => client.clientOptions.middleware.workspace.configuration(
+    { items: [{ section: 'codecue' }] }, token, () => undefined)[0].enabledLanguages;
+  let asked = 0;
+  const ask = (languageId: string) => client.clientOptions.middleware.provideInlineCompletionItems(
+    document('file:///a.x', 'x', languageId), new Position(0, 1), {}, token, async () => {
+      asked++;
+      return { items: [] };
+    });
+  try {
+    await config.update('enabledLanguages', ['javascript']);
+    assert.equal(FakeClient.last, client, 'switching python off must not restart the server');
+    assert.equal(client.stopped, false);
+    assert.deepEqual(languages(), ['javascript'], 'the server is told');
+    assert.deepEqual(await ask('python'), []);
+    assert.equal(asked, 0, 'python is not asked for');
+    await ask('javascript');
+    assert.equal(asked, 1);
+    await config.update('enabledLanguages', ['javascript', 'python']);
+    assert.equal(FakeClient.last, client, 'switching it on again needs no restart either');
+    await ask('python');
+    assert.equal(asked, 2);
+    await config.update('enabledLanguages', ['python', 'ruby']);
+    assert.notEqual(FakeClient.last, client, 'ruby was not in the document selector the client started with');
+    assert.equal(client.stopped, true);
+    assert.deepEqual(FakeClient.last!.clientOptions.documentSelector.map((f: any) => f.language),
+      ['python', 'python', 'ruby', 'ruby']);
+  } finally {
+    await config.update('enabledLanguages', DEFAULT_LANGUAGES); // a restart: back to the default selector
+    delete vscode.config['codecue.enabledLanguages'];
+  }
+});
+
+test('a server the client gave up on shows as crashed, and a click on the status item restarts it', async () => {
+  const client = await activated();
+  assert.equal(vscode.statusItem.command, 'codecue.statusItemClicked');
+  const click = () => vscode.commands.executeCommand(vscode.statusItem.command);
+  client.crashAndGiveUp();
+  assert.match(vscode.statusItem.text, /crashed/);
+  assert.match(vscode.statusItem.tooltip, /Click to restart/);
+  await click();
+  const again = FakeClient.last!;
+  assert.notEqual(again, client, 'restarted');
+  assert.equal(again.started, true);
+  assert.equal(vscode.config['codecue.enable'], true, 'suggestions stay on');
+  assert.doesNotMatch(vscode.statusItem.text, /crashed/);
+  await click(); // running: a click turns suggestions off, and on again
+  assert.equal(vscode.config['codecue.enable'], false);
+  assert.equal(FakeClient.last, again);
+  await click();
+  assert.equal(vscode.config['codecue.enable'], true);
 });
 
 test('changing the pair restarts the server', async () => {

@@ -117,9 +117,9 @@ test('show and accept notifications are counted by the server, with the accepted
   const text = textAtCursor(item.insertText, item.range?.start.character, place);
   assert.ok(text, 'the item should continue the line');
   const tracker = new Tracker((method, params) => void connection.sendNotification(method, params));
-  tracker.provided(place, text);
-  tracker.accepted(URI, text);
-  tracker.provided(place, text);
+  const [id] = tracker.provided(place, [text]);
+  tracker.accepted(URI, id);
+  tracker.provided(place, [text]);
   tracker.requested({ ...place, before: place.before + '#' }); // typed something else: rejected
   const after = await stats();
   assert.equal(after.shown - before.shown, 2);

@@ -3,7 +3,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { documentSelector, mergeGlobs, needsRestart, readSettings, serverSettings, USER_ONLY } from '../settings';
+import {
+  documentSelector, languageEnabled, languagesOutside, mergeGlobs, needsRestart, readSettings, serverSettings, USER_ONLY,
+} from '../settings';
 
 /** The user's settings `user`, with a workspace's settings file `workspace` merged over them as VS Code's get()
  * does (inspect() keeps the levels apart). */
@@ -150,6 +152,38 @@ test('process settings need a restart, per-request ones do not', () => {
   assert.equal(needsRestart(base, readSettings(reader({
     context: false, contextTokens: 512, excludeGlobs: ['dist/'], maxIndexedFiles: 100, indexCache: false,
   }))), false, 'read per request and by the index');
+  assert.equal(needsRestart(base, readSettings(reader({ enabledLanguages: ['python'], minConfidence: 0.4 }))), false);
+});
+
+const outsideCases: [string[], string[], string[]][] = [
+  // languages the client started with, languages enabled now, the ones that need a restart
+  [['python', 'go'], ['python'], []], // switched off
+  [['python', 'go'], ['go', 'python'], []],
+  [['python'], ['python', 'ruby'], ['ruby']], // added: the client does not send ruby documents
+  [['*'], ['ruby'], []],
+  [['python'], ['*'], ['*']],
+];
+for (const [served, enabled, outside] of outsideCases) {
+  test(`languagesOutside ${JSON.stringify(served)} -> ${JSON.stringify(enabled)}`, () => {
+    assert.deepEqual(languagesOutside(served, enabled), outside);
+  });
+}
+
+test('languageEnabled: listed, or "*"', () => {
+  assert.equal(languageEnabled(['python'], 'python'), true);
+  assert.equal(languageEnabled(['python'], 'go'), false);
+  assert.equal(languageEnabled(['*'], 'go'), true);
+});
+
+test('minConfidence reaches the server within 0..1, unset as auto (the pair\'s threshold)', () => {
+  const sent = (value: unknown) => serverSettings(readSettings(reader({ minConfidence: value }))).minConfidence;
+  assert.equal(sent(undefined), 'auto');
+  assert.equal(sent(null), 'auto');
+  assert.equal(sent(0), 0);
+  assert.equal(sent(0.35), 0.35);
+  assert.equal(sent(1.5), 1);
+  assert.equal(sent(-1), 0);
+  assert.equal(sent(Number.NaN), 'auto');
 });
 
 // What a cloned repository's .vscode/settings.json could use to run another program, preload a library, or send

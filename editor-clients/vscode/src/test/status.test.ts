@@ -37,3 +37,21 @@ test('off wins over every phase; stopped and start errors show as errors', () =>
   s.stopped();
   assert.equal(s.view().error, true);
 });
+
+test('a click restarts a crashed or failed server, and otherwise turns suggestions off or on', () => {
+  const s = new Status();
+  s.running();
+  s.progress({ kind: 'end', message: 'model pair default ready' });
+  assert.equal(s.clickAction(), 'toggle');
+  s.stopped(); // the client gave up restarting it
+  assert.equal(s.view().text, '$(debug-disconnect) CodeCue crashed');
+  assert.match(s.view().tooltip, /Click to restart/);
+  assert.equal(s.clickAction(), 'restart');
+  s.failed('could not start codecue-lsp: ENOENT');
+  assert.equal(s.clickAction(), 'restart');
+  s.enabled = false;
+  assert.equal(s.clickAction(), 'toggle', 'off: a click turns suggestions on');
+  s.enabled = true;
+  s.starting();
+  assert.equal(s.clickAction(), 'toggle');
+});

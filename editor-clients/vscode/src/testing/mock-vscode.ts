@@ -42,6 +42,11 @@ export class FakeClient {
       for (const listener of this.stateListeners) listener({ oldState: 0, newState });
     }
   }
+  /** What vscode-languageclient does when the server crashed too often: it stops and stays stopped. */
+  crashAndGiveUp() {
+    this.state = 1;
+    for (const listener of this.stateListeners) listener({ oldState: 2, newState: 1 });
+  }
   async sendNotification(method: string, params: Record<string, unknown>) { this.notifications.push([method, params]); }
   onRequest(type: { method: string }, handler: (params: any) => unknown) { this.requestHandlers.set(type.method, handler); }
   onProgress(_type: unknown, token: string, handler: (value: any) => void) { this.progressHandlers.set(token, handler); }
@@ -133,6 +138,8 @@ export function install(vscode: ReturnType<typeof createVscode>): void {
     LanguageClient: FakeClient,
     TransportKind: { stdio: 0 },
     State: { Stopped: 1, Running: 2, Starting: 3 },
+    ErrorAction: { Continue: 1, Shutdown: 2 },
+    CloseAction: { DoNotRestart: 1, Restart: 2 },
     WorkDoneProgress: { type: { method: '$/progress' } },
     WorkDoneProgressCreateRequest: { type: { method: 'window/workDoneProgress/create' } },
   };
