@@ -18,6 +18,7 @@ from .remote import build_remote_completer
 logger = logging.getLogger(__name__)
 
 LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codecue-load")
+PROGRESS_CREATE_TIMEOUT_S = 30  # the editor's answer to window/workDoneProgress/create; the load goes on meanwhile
 
 
 async def load_models(ls) -> None:
@@ -25,14 +26,16 @@ async def load_models(ls) -> None:
 
     settings = ls.settings
     token = f"codecue-load-{uuid.uuid4().hex[:8]}"
+    # Not the loop's default executor: asyncio.run waits for that one at exit, and a client that leaves while the
+    # weights load would wait for the whole load.
+    loading = asyncio.get_running_loop().run_in_executor(LOADER, build_completer, settings, ls.syntax)
+    # Asked while the pair loads: a busy editor may answer late, and without this progress its status never says ready.
     progress = await _create_progress(ls, token)
     if progress:
         ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(
             title="CodeCue", message=f"loading model pair {settings.pair}", percentage=0))
     try:
-        # Not the loop's default executor: asyncio.run waits for that one at exit, and a client that leaves while the
-        # weights load would wait for the whole load.
-        completer = await asyncio.get_running_loop().run_in_executor(LOADER, build_completer, settings, ls.syntax)
+        completer = await loading
     except Exception as exc:
         if isinstance(exc, ModelsError):
             message = f"CodeCue: {exc}"
@@ -96,7 +99,7 @@ async def _create_progress(ls, token: str) -> bool:
     if not (window and window.work_done_progress):
         return False
     try:
-        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
+        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=PROGRESS_CREATE_TIMEOUT_S)
         return True
     except Exception as exc:
         logger.warning("window/workDoneProgress/create failed: %s", exc)

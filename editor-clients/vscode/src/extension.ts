@@ -146,6 +146,8 @@ function places(): Places {
   return { home: homedir(), workspaceFolder: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath };
 }
 
+const LOAD_PROGRESS = 'codecue-load-'; // codecue_lsp/loading.py's $/progress token
+
 /** Write errors never stop the client (a dead server fails every write); its exit decides (restarts.ts). */
 function errorHandler(policy: RestartPolicy): NonNullable<LanguageClientOptions['errorHandler']> {
   return {
@@ -178,9 +180,13 @@ function createClient(s: Settings, command: string, env: Record<string, string |
       // Model loading reports $/progress. Handled here rather than with onRequest(WorkDoneProgressCreateRequest),
       // which the client's own progress feature replaces again when it restarts a crashed server: middleware
       // stays for every restart. Not passed on (next), so VS Code shows no second, generic progress item.
-      handleWorkDoneProgress: (_token, value) => {
-        status.progress(value);
-        render();
+      handleWorkDoneProgress: (token, value) => {
+        // Only the model's load (loading.py's token) says loading / ready: the workspace index reports progress too,
+        // and its end must not show ready while the model still loads (codecue.stats has the index's state).
+        if (String(token).startsWith(LOAD_PROGRESS)) {
+          status.progress(value);
+          render();
+        }
       },
       workspace: {
         // Answer the server's workspace/configuration with only the keys it knows.

@@ -114,7 +114,7 @@ async function run(): Promise<void> {
     log('waiting for CodeCue to be ready (status bar)');
     await readyItem(page).waitFor({ timeout: HANG_GUARD_MS });
     assert.match(readFileSync(serverLog, 'utf8'), new RegExp(`remote engine ${ENGINE}/v1`),
-      'the server should use llama-server, not load a model');
+      `the server should use llama-server, not load a model; its log:\n${readFileSync(serverLog, 'utf8').slice(-3000)}`);
 
     // --- a real completion: ghost text, Tab, the file on disk ---
     const taskBefore = (await slot()).id_task;

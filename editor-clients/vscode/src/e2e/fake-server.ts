@@ -34,9 +34,9 @@ connection.onRequest('initialize', () => ({
 
 connection.onNotification('initialized', async () => {
   record('start');
-  await connection.sendRequest('window/workDoneProgress/create', { token: 'load' });
-  await connection.sendNotification('$/progress', { token: 'load', value: { kind: 'begin', title: 'CodeCue', message: 'loading' } });
-  await connection.sendNotification('$/progress', { token: 'load', value: { kind: 'end', message: 'fake pair ready' } });
+  await connection.sendRequest('window/workDoneProgress/create', { token: 'codecue-load-fake' });
+  await connection.sendNotification('$/progress', { token: 'codecue-load-fake', value: { kind: 'begin', title: 'CodeCue', message: 'loading' } });
+  await connection.sendNotification('$/progress', { token: 'codecue-load-fake', value: { kind: 'end', message: 'fake pair ready' } });
   await pullConfiguration();
 });
 

@@ -191,18 +191,21 @@ test('progress from the server shows in the status bar, and again after a crash 
   const client = await activated();
   const progress = client.clientOptions.middleware.handleWorkDoneProgress;
   const notShown = () => assert.fail('VS Code\'s own progress item should not show as well');
-  progress('load', { kind: 'begin', message: 'loading model pair tiny', percentage: 0 }, notShown);
+  progress('codecue-load-1', { kind: 'begin', message: 'loading model pair tiny', percentage: 0 }, notShown);
   assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue 0%');
-  progress('load', { kind: 'end', message: 'model pair tiny ready' }, notShown);
+  progress('codecue-index-1', { kind: 'begin', message: 'indexing the workspace', percentage: 0 }, notShown);
+  progress('codecue-index-1', { kind: 'end', message: 'workspace indexed' }, notShown);
+  assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue 0%', 'the index is not the model: still loading');
+  progress('codecue-load-1', { kind: 'end', message: 'model pair tiny ready' }, notShown);
   assert.match(vscode.statusItem.text, /^\$\(check\) CodeCue/);
 
   client.crashAndRestart(); // the client restarts the server by itself
   assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue', 'starting again, not "stopped"');
   await provide(client, 'x = ', []); // a server that is still loading answers empty: not ready yet
   assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue');
-  progress('load2', { kind: 'begin', message: 'loading model pair tiny', percentage: 0 }, notShown);
+  progress('codecue-load-2', { kind: 'begin', message: 'loading model pair tiny', percentage: 0 }, notShown);
   assert.equal(vscode.statusItem.text, '$(loading~spin) CodeCue 0%');
-  progress('load2', { kind: 'end', message: 'model pair tiny ready' }, notShown);
+  progress('codecue-load-2', { kind: 'end', message: 'model pair tiny ready' }, notShown);
   assert.match(vscode.statusItem.text, /^\$\(check\) CodeCue/);
   assert.equal(FakeClient.last, client);
 });
