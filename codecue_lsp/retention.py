@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 RETENTION_DELAY_S = 30.0  # as Copilot and Cody measure retention
 NEAR_LINES = 5
 MIN_RUN = 4
+# Longer accepted texts are not checked: the comparison runs on the event loop, and no suggestion is this long
+# (maxTokens caps them far below), so only a broken or hostile client sends one.
+MAX_CHECKED_CHARS = 20_000
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # LSP's line ends
 
 
@@ -54,8 +57,8 @@ class RetentionChecks:
     def accepted(self, event: dict) -> None:
         uri, text, position = event.get("uri"), event.get("text"), event.get("position")
         line = position.get("line") if isinstance(position, dict) else None
-        if not (isinstance(uri, str) and isinstance(text, str) and text and isinstance(line, int)
-                and not isinstance(line, bool) and line >= 0):
+        if not (isinstance(uri, str) and isinstance(text, str) and 0 < len(text) <= MAX_CHECKED_CHARS
+                and isinstance(line, int) and not isinstance(line, bool) and line >= 0):
             return  # an old client, or a malformed accept: counted as accepted, not checked
         self.telemetry.retention_pending += 1
         self.later(self.delay_s, self.check, uri, text, line)

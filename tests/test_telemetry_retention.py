@@ -8,7 +8,7 @@ import pytest
 from server_harness import tiny_in_process_server
 
 from codecue_lsp.confidence import first_line_confidence, from_logprobs
-from codecue_lsp.retention import RETENTION_DELAY_S, RetentionChecks, retained_chars
+from codecue_lsp.retention import MAX_CHECKED_CHARS, RETENTION_DELAY_S, RetentionChecks, retained_chars
 from codecue_lsp.telemetry import Telemetry
 
 
@@ -75,6 +75,8 @@ def test_retention_checks_run_after_the_delay_against_the_text_then():
     checks.accepted({"uri": "file:///gone.py", "text": "abc", "position": {"line": 0, "character": 0}})
     checks.accepted({"uri": "file:///a.py", "text": "compute(1)"})  # an old client: no position, no check
     checks.accepted({"uri": "file:///a.py", "text": "x", "position": {"line": -1, "character": 0}})
+    too_long = "y" * (MAX_CHECKED_CHARS + 1)  # no suggestion is this long: not compared on the event loop
+    checks.accepted({"uri": "file:///a.py", "text": too_long, "position": {"line": 0, "character": 0}})
     assert [call[0] for call in later.calls] == [RETENTION_DELAY_S] * 2
     assert tel.snapshot()["retention_pending"] == 2
     documents["file:///a.py"] = "x = compute(2)\n"  # edited within the 30 s
